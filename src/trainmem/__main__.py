@@ -1,0 +1,3 @@
+from trainmem.cli.main import main
+
+raise SystemExit(main())

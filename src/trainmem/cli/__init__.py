@@ -1,0 +1,1 @@
+"""Command-line entry points. The headless commands never import the Textual app."""

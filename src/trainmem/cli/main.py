@@ -1,0 +1,45 @@
+"""`trainmem-tui`: the dashboard by default; `plan` and `devices` are headless commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from trainmem import __version__
+
+SUBCOMMANDS = ("plan", "devices")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports bad input as one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from trainmem.cli import devices_cmd, plan_cmd
+
+    parser = Parser(
+        prog="trainmem-tui",
+        description="Will this training run fit? Run without a command to open the dashboard.",
+    )
+    parser.add_argument("--version", action="version", version=f"trainmem-tui {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser, metavar="{plan,devices}")
+    plan_cmd.add_parser(sub)
+    devices_cmd.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and (args[0] in SUBCOMMANDS or args[0] in ("-h", "--help", "--version")):
+        ns = build_parser().parse_args(args)
+        return int(ns.run(ns))
+    # No subcommand: the dashboard, which takes the plan flags too. Imported lazily so the
+    # headless commands never pay for Textual.
+    from trainmem.cli import dashboard_cmd
+
+    return dashboard_cmd.run(args)
