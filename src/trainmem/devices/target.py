@@ -1,0 +1,151 @@
+"""What a plan is judged against: a device name, its kind, and how many bytes a run may use.
+
+``parse_device_spec`` reads the planner's ``--device`` flag. GB means 10**9 bytes and GiB
+2**30; a bare ``G`` is refused because people mean either.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from trainmem.devices.nvml import NvmlReader
+    from trainmem.devices.system import SystemReader
+
+TargetKind = Literal["gpu", "unified", "system"]
+
+GB = 10**9
+GiB = 2**30
+_UNITS = {
+    "mb": 10**6,
+    "gb": GB,
+    "tb": 10**12,
+    "mib": 2**20,
+    "gib": GiB,
+    "tib": 2**40,
+}
+_AMBIGUOUS = {"m": (6, 20), "g": (9, 30), "t": (12, 40)}  # decimal and binary exponents
+_SIZE = re.compile(r"^([0-9]*\.?[0-9]+)\s*([a-z]*)$")
+
+ACCEPTED = (
+    "a preset (e.g. RTX-4090, H100-80GB, mac-36GB), a size (24GiB, 80GB), unified:36GB, "
+    "auto, or a comma-separated list of these"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTarget:
+    """A device to plan for. ``usable_bytes``: the total for a GPU or CPU RAM, 3/4 of it for
+    unified memory (see ``trainmem.devices.unified``)."""
+
+    name: str
+    kind: TargetKind
+    total_bytes: int
+    usable_bytes: int
+
+    @classmethod
+    def gpu(cls, name: str, total_bytes: int) -> DeviceTarget:
+        return cls(name, "gpu", total_bytes, total_bytes)
+
+    @classmethod
+    def unified(cls, name: str, total_bytes: int) -> DeviceTarget:
+        return cls(name, "unified", total_bytes, total_bytes * 3 // 4)
+
+    @classmethod
+    def system(cls, name: str, total_bytes: int) -> DeviceTarget:
+        return cls(name, "system", total_bytes, total_bytes)
+
+
+def parse_size(text: str) -> int:
+    """``"24GiB"`` -> 25769803776, ``"80GB"`` -> 80000000000. ValueError otherwise."""
+    m = _SIZE.match(text.strip().lower())
+    if not m:
+        raise ValueError(f"{text!r} is not a size; use e.g. 24GiB or 80GB")
+    number, unit = m.groups()
+    if unit in _AMBIGUOUS:
+        u, (dec, bin_) = unit.upper(), _AMBIGUOUS[unit]
+        raise ValueError(
+            f"{text!r} is ambiguous: write {number}{u}B (10^{dec} bytes) "
+            f"or {number}{u}iB (2^{bin_} bytes)"
+        )
+    if unit not in _UNITS:
+        raise ValueError(f"{text!r} needs a unit: GB (10^9 bytes) or GiB (2^30 bytes)")
+    size = round(float(number) * _UNITS[unit])
+    if size <= 0:
+        raise ValueError(f"{text!r} must be larger than zero")
+    return size
+
+
+def parse_device_spec(
+    spec: str, *, nvml: NvmlReader | None = None, system: SystemReader | None = None
+) -> list[DeviceTarget]:
+    """``"RTX-4090"``, ``"24GiB"``, ``"unified:36GB"``, ``"auto"``, ``"A100-80GB,24GiB"``.
+
+    ``auto`` reads the machine now (NVML and psutil: call it off the UI thread). Raises
+    ValueError with a one-line message naming what is accepted.
+    """
+    items = [s.strip() for s in spec.split(",")]
+    if not spec.strip() or any(not s for s in items):
+        raise ValueError(f"empty device in {spec!r}; use {ACCEPTED}")
+    targets: list[DeviceTarget] = []
+    for item in items:
+        targets.extend(_parse_one(item, nvml, system))
+    return targets
+
+
+def _parse_one(
+    item: str, nvml: NvmlReader | None, system: SystemReader | None
+) -> list[DeviceTarget]:
+    from trainmem.devices.presets import resolve_preset  # presets imports this module
+
+    if item.lower() == "auto":
+        return detect_targets(nvml, system)
+    preset = resolve_preset(item)
+    if preset is not None:
+        return [preset]
+    kind, _, size_text = item.rpartition(":")
+    kind = kind.strip().lower()
+    if kind not in ("", "gpu", "unified"):
+        raise ValueError(f"unknown device kind {kind!r} in {item!r}; use gpu: or unified:")
+    try:
+        size = parse_size(size_text)
+    except ValueError:
+        if kind or _SIZE.match(item.strip().lower()):
+            raise  # a size that is wrong: its own message says how
+        raise ValueError(f"unknown device {item!r}; use {ACCEPTED}") from None
+    label = size_text.strip()
+    if kind == "unified":
+        return [DeviceTarget.unified(f"unified {label}", size)]
+    return [DeviceTarget.gpu(f"GPU {label}", size)]
+
+
+def detect_targets(
+    nvml: NvmlReader | None = None, system: SystemReader | None = None
+) -> list[DeviceTarget]:
+    """The devices of this machine: every GPU (each MIG slice of a GPU in MIG mode), else
+    unified memory (Apple silicon, GB10-class), else CPU RAM, so a verdict is always possible."""
+    from trainmem.devices.sampler import read_devices  # reads hardware: only when asked
+
+    devices, _status = read_devices(nvml, system)
+    targets: list[DeviceTarget] = []
+    for d in devices:
+        if d.kind == "system" or d.unavailable is not None or not d.total_bytes:
+            continue
+        if d.kind == "unified":
+            targets.append(DeviceTarget.unified(d.name, d.total_bytes))
+        elif d.mig:
+            targets.extend(
+                DeviceTarget.gpu(f"{d.id} {m.name or f'MIG {m.index}'}", m.total_bytes)
+                for m in d.mig
+                if m.total_bytes
+            )
+        else:
+            targets.append(DeviceTarget.gpu(f"{d.id} {d.name}", d.total_bytes))
+    if targets:
+        return targets
+    ram = next((d for d in devices if d.kind == "system" and d.total_bytes), None)
+    if ram is None or ram.total_bytes is None:
+        raise ValueError("auto: no GPU found and system memory is not readable; give a size")
+    return [DeviceTarget.system("CPU RAM (no GPU found)", ram.total_bytes)]
