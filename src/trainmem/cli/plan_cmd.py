@@ -1,0 +1,36 @@
+"""`trainmem-tui plan`: estimate one plan headlessly (JSON for scripts, a table for people)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from trainmem.cli.plan_args import add_plan_arguments, plan_from_args
+from trainmem.core.errors import PlanError
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser("plan", help="estimate the memory of one training plan")
+    add_plan_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the stable JSON object")
+    parser.set_defaults(run=run)
+
+
+def run(ns: argparse.Namespace) -> int:
+    from trainmem.report import build_report
+
+    try:
+        report = build_report(plan_from_args(ns))
+    except (PlanError, ValueError) as exc:
+        sys.stderr.write(f"trainmem-tui plan: error: {exc}\n")
+        return 2
+    if ns.json:
+        json.dump(report.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    from trainmem.cli.render import render_report
+
+    render_report(report)
+    return 0

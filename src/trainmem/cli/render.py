@@ -1,0 +1,71 @@
+"""The readable `plan` output: a component table with bars, peaks, fit, what-if and advice."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from trainmem.core.units import fmt_bytes, fmt_count
+from trainmem.report import Report
+
+BAR_WIDTH = 30
+VERDICT_STYLE = {"fits": "bold green", "tight": "bold yellow", "too big": "bold red"}
+
+
+def _bar(part: int, whole: int) -> str:
+    filled = round(BAR_WIDTH * part / whole) if whole else 0
+    return "█" * filled + "·" * (BAR_WIDTH - filled)
+
+
+def render_report(report: Report, console: Console | None = None) -> None:
+    console = console or Console()
+    est, spec = report.estimate, report.estimate.model
+    plan = est.plan
+    title = (
+        f"{spec.name}: {fmt_count(spec.params)} params, {plan.method}, {plan.precision}, "
+        f"seq {plan.seq_len:,} x batch {plan.batch}, "
+        f"checkpointing {'on' if plan.grad_ckpt else 'off'}, {plan.optimizer}"
+    )
+    table = Table(title=title, title_justify="left", show_edge=False)
+    table.add_column("component")
+    table.add_column("size", justify="right")
+    table.add_column(f"share of the device peak ({fmt_bytes(est.device_bytes)})")
+    for c in est.components:
+        if c.bytes:
+            label = c.name + (" (runtime)" if c.kind == "runtime" else "")
+            table.add_row(label, fmt_bytes(c.bytes, digits=2), _bar(c.bytes, est.device_bytes))
+    console.print(table)
+    console.print(
+        f"peak allocated {fmt_bytes(est.allocated_bytes)} ({est.peak_phase}), "
+        f"device {fmt_bytes(est.device_bytes)}, "
+        f"rule of thumb {fmt_bytes(est.rule_of_thumb_bytes)}, "
+        f"trainable {fmt_count(est.trainable_params)}"
+    )
+    judged = "the rule of thumb" if plan.rule_of_thumb else "the device peak"
+    for fit, target in zip(report.fit, report.targets):
+        verdict = Text(fit.verdict.upper(), style=VERDICT_STYLE[fit.verdict])
+        room = "headroom" if fit.headroom_bytes >= 0 else "over by"
+        console.print(
+            Text.assemble(
+                f"{target.name} ({target.kind}, usable {fmt_bytes(fit.usable_bytes)}): ",
+                verdict,
+                f", {room} {fmt_bytes(abs(fit.headroom_bytes))} (judged on {judged})",
+            )
+        )
+    w = report.what_if
+    if w:
+        seq, batch = w.get("max_seq_len"), w.get("max_batch")
+        console.print(
+            f"on {w['device']}: longest sequence that fits "
+            f"{f'{seq:,}' if seq else 'none'}, largest batch {batch or 'none'}"
+        )
+    if report.advice:
+        console.print("[bold]To make it fit, in the guide's order:[/bold]")
+        for i, a in enumerate(report.advice, 1):
+            after = "fits" if a.fits_after else "still too big"
+            console.print(f"  {i}. {a.action}: saves {fmt_bytes(a.saves_bytes)}, {after}")
+            if a.warning:
+                console.print(f"     [dim]{a.warning}[/dim]")
+    for note in est.notes:
+        console.print(f"[dim]note: {note}[/dim]")

@@ -1,0 +1,140 @@
+"""Activation memory: the tensors autograd saves for backward, per decoder layer.
+
+Counted tensor by tensor from what each op's backward needs (torch's derivatives.yaml saves a
+mul's ``other`` only when ``self`` requires grad, a linear's input only for its weight grad, a
+softmax its output) walking the Hugging Face decoder layer (transformers/models/llama/
+modeling_llama.py and its siblings), in the spirit of Korthikanti et al. 2022 ("Reducing
+Activation Recomputation in Large Transformer Models", section 4.1) but for the kernels
+fine-tuning really uses: SDPA flash / memory-efficient attention saves q, k, v, the output and
+a log-sum-exp per row, never the s x s scores; ``eager`` attention keeps the fp32 softmax and
+its 16-bit copy. Sizes are bytes per token unless named otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainmem.core.architecture import ModelSpec
+from trainmem.core.plan import Plan
+from trainmem.core.precision import Dtypes
+
+ADAPTER_BYTES = 4  # PEFT keeps adapters in fp32 and casts their input to it
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    saved: int  # saved for backward by one layer without checkpointing (bytes per token)
+    checkpoint: int  # what gradient checkpointing keeps per layer (its input)
+    backward_transient: int  # gradients in flight while one layer runs backward
+    attention_scores: int  # eager attention only: bytes per token per key position
+
+
+def _input_saves(plan: Plan, dt: Dtypes, width: int, x_bytes: int, users: list[str]) -> int:
+    """Bytes saved for the input (``width`` wide) shared by the linears ``users``.
+
+    Full fine-tuning saves it once for the weight gradients (autocast: one 16-bit copy per
+    linear, since autocast caches only leaf weights). LoRA saves it in each targeted layer's
+    adapter, cast to fp32 once per layer when it is not fp32 already; with dropout each layer
+    keeps its own dropped-out copy and a 1-byte mask.
+    """
+    if plan.method == "full":
+        if dt.autocast and x_bytes == 4:
+            return len(users) * 2 * width
+        return x_bytes * width
+    targets = [u for u in users if u in plan.target_modules]
+    if not targets:
+        return 0
+    if plan.lora_dropout > 0:
+        return len(targets) * (ADAPTER_BYTES + 1) * width
+    if x_bytes == ADAPTER_BYTES:
+        return ADAPTER_BYTES * width
+    return len(targets) * ADAPTER_BYTES * width
+
+
+def _norm_saves(spec: ModelSpec, plan: Plan, dt: Dtypes, width: int) -> int:
+    """RMSNorm: ``x.to(float32)`` is saved by ``pow``; the normalised value by the weight mul.
+
+    Gemma's norm multiplies by ``(1 + weight)`` in fp32, so its saved normalised value is fp32.
+    """
+    normalised = 4 if spec.model_type.startswith("gemma") else dt.resid
+    return 4 * width + (normalised * width if plan.method == "full" else 0)
+
+
+def layer_activations(spec: ModelSpec, plan: Plan, dt: Dtypes) -> LayerActivations:
+    h, qd, kvd = spec.hidden, spec.q_dim, spec.kv_dim
+    e, r = dt.act, dt.resid
+    attn_e = 2 if dt.autocast else e  # SDPA runs on 16-bit copies under autocast
+    saved = spec.norms_per_layer * _norm_saves(spec, plan, dt, h)
+
+    # Attention: q/k/v projections share the normalised input.
+    saved += _input_saves(plan, dt, h, r, ["q", "k", "v"])
+    if spec.qk_norm != "none":
+        saved += _norm_saves(spec, plan, dt, qd + kvd)
+    eager = plan.attn == "eager"
+    kv_width = qd if eager and spec.kv_heads != spec.heads else kvd  # eager repeats k/v
+    saved += attn_e * (qd + 2 * kv_width)  # q, k, v after rotary, as the kernel saves them
+    saved += attn_e * qd  # attention output (also o_proj's input)
+    saved += 4 * spec.heads  # log-sum-exp per query row (fp32)
+    if plan.method != "full":  # full fine-tuning's o_proj saves the output above itself
+        saved += _input_saves(plan, dt, qd, attn_e, ["o"])
+
+    # MLP: gate/up share the normalised input; act(gate), act*up and up are saved.
+    saved += _input_saves(plan, dt, h, r, ["gate", "up"])
+    if spec.is_moe:
+        k, i = spec.experts_per_token, spec.expert_intermediate
+        saved += k * (3 * e * i + r * h)  # per routed copy of the token
+        saved += k * _input_saves(plan, dt, i, e, ["down"]) + 4 * spec.experts
+    else:
+        i = spec.intermediate
+        saved += 3 * e * i + _input_saves(plan, dt, i, e, ["down"])
+
+    scores = 0
+    if eager:
+        # fp32 softmax output (saved by softmax) and its 16-bit copy (saved by the matmul).
+        scores = spec.heads * (4 + (attn_e if attn_e != 4 else 0))
+    i_eff = spec.expert_intermediate * spec.experts_per_token if spec.is_moe else spec.intermediate
+    return LayerActivations(
+        saved=saved,
+        checkpoint=r * h,
+        backward_transient=2 * r * h + 3 * e * i_eff,
+        attention_scores=scores,
+    )
+
+
+@dataclass(frozen=True)
+class HeadActivations:
+    saved: int  # final norm and lm_head input, bytes per token
+    logits_forward: int  # bytes per token alive while the loss is computed in forward
+    logits_saved: int  # bytes per token kept for backward (log_softmax output)
+    loss_backward: int  # bytes per token during log_softmax backward
+
+
+def head_activations(spec: ModelSpec, plan: Plan, dt: Dtypes) -> HeadActivations:
+    """Final norm, lm_head and the loss.
+
+    transformers' ForCausalLMLoss (transformers/loss/loss_utils.py) upcasts the logits with
+    ``logits.float()`` before cross_entropy, whose log_softmax saves its fp32 output. During
+    backward, log_softmax's grad input, grad output and saved output (three fp32 tensors of
+    batch x seq x vocab) are alive at once: for large vocabularies this is the step's peak.
+    """
+    v, h = spec.vocab, spec.hidden
+    logits_e = 2 if dt.autocast else dt.act
+    if plan.method == "qlora" and plan.kbit_prep:
+        logits_e = 4  # fp32 lm_head after prepare_model_for_kbit_training
+    saved = _norm_saves(spec, plan, dt, h)
+    if plan.method == "full":
+        saved += 2 * h if dt.autocast else dt.resid * h  # lm_head input for its weight grad
+    upcast = 4 if logits_e != 4 else 0
+    softcap = logits_e * v if spec.final_logit_softcap else 0  # Gemma 2: tanh saves its output
+    return HeadActivations(
+        saved=saved + softcap,
+        logits_forward=(logits_e + upcast + 4) * v + softcap,
+        logits_saved=4 * v + softcap,
+        loss_backward=12 * v,
+    )
+
+
+def autocast_copy_bytes(spec: ModelSpec) -> tuple[int, int]:
+    """16-bit weight copies autocast makes: (per decoder layer, for lm_head)."""
+    per_layer = 2 * sum(lin.count * lin.in_features * lin.out_features for lin in spec.linears())
+    return per_layer, 2 * spec.vocab * spec.hidden

@@ -1,0 +1,313 @@
+"""Decoder architectures: the shapes that decide parameter counts and activation sizes.
+
+A :class:`ModelSpec` is built from a Hugging Face ``config.json`` dict (``spec_from_config``)
+so the built-in catalogue, a user's config file and a cached model all go through one path.
+Parameter counts follow the modules transformers instantiates for each ``model_type``
+(e.g. ``transformers/models/llama/modeling_llama.py``): GQA k/v widths, explicit ``head_dim``,
+gated MLPs, attention biases, q/k norms, tied embeddings and MoE experts and routers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from trainmem.core.errors import PlanError
+
+# model_type -> per-architecture facts transformers hard-codes rather than reads from config.
+_NORMS_PER_LAYER = {"gemma2": 4, "gemma3_text": 4, "gemma3": 4}
+_QKV_BIAS = {"qwen2", "qwen2_moe"}  # Qwen2 always biases q/k/v, regardless of config
+_QK_NORM_HEAD = {"qwen3", "qwen3_moe", "gemma3_text", "gemma3"}  # RMSNorm over head_dim
+_QK_NORM_FULL = {"olmo2"}  # RMSNorm over the whole q / k projection width
+_KNOWN = {
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "mixtral",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "phi3",
+    "olmo2",
+    "gpt_oss",
+}
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One kind of linear layer inside a decoder layer (``count`` copies, e.g. experts)."""
+
+    name: str  # q, k, v, o, gate, up, down, router
+    in_features: int
+    out_features: int
+    bias: bool = False
+    count: int = 1
+    expert: bool = False
+
+    @property
+    def params(self) -> int:
+        return self.count * (self.in_features * self.out_features + self.bias * self.out_features)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The shapes of a decoder-only causal LM."""
+
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied_embeddings: bool
+    model_type: str = "llama"
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: str = "none"  # "none" | "head" | "full"
+    norms_per_layer: int = 2
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate: int = 0
+    shared_expert_intermediate: int = 0
+    router_bias: bool = False
+    expert_bias: bool = False
+    attention_sinks: bool = False
+    final_logit_softcap: bool = False
+    dtype: str = "bf16"  # the checkpoint's dtype
+    hf_id: str | None = None
+    source: str = "config"  # catalogue | config | safetensors | count | hf-cache
+    assumed: bool = False  # dimensions guessed from a bare parameter count
+    exact_params: int | None = None  # from safetensors headers, when known
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    def linears(self) -> list[Linear]:
+        """The linear layers of one decoder layer, in forward order."""
+        h = self.hidden
+        layers = [
+            Linear("q", h, self.q_dim, self.qkv_bias),
+            Linear("k", h, self.kv_dim, self.qkv_bias),
+            Linear("v", h, self.kv_dim, self.qkv_bias),
+            Linear("o", self.q_dim, h, self.o_bias),
+        ]
+        if self.is_moe:
+            e, i = self.experts, self.expert_intermediate
+            layers += [
+                Linear("router", h, e, self.router_bias),
+                Linear("gate", h, i, self.expert_bias, e, expert=True),
+                Linear("up", h, i, self.expert_bias, e, expert=True),
+                Linear("down", i, h, self.expert_bias, e, expert=True),
+            ]
+            if self.shared_expert_intermediate:
+                s = self.shared_expert_intermediate
+                layers += [
+                    Linear("shared_gate", h, s),
+                    Linear("shared_up", h, s),
+                    Linear("shared_down", s, h),
+                    Linear("shared_expert_gate", h, 1),
+                ]
+        else:
+            i = self.intermediate
+            layers += [
+                Linear("gate", h, i, self.mlp_bias),
+                Linear("up", h, i, self.mlp_bias),
+                Linear("down", i, h, self.mlp_bias),
+            ]
+        return layers
+
+    def layer_norm_params(self) -> int:
+        """RMSNorm weights inside one decoder layer (plus attention sinks, also per layer)."""
+        n = self.norms_per_layer * self.hidden
+        if self.qk_norm == "head":
+            n += 2 * self.head_dim
+        elif self.qk_norm == "full":
+            n += self.q_dim + self.kv_dim
+        if self.attention_sinks:
+            n += self.heads
+        return n
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def lm_head_params(self) -> int:
+        return 0 if self.tied_embeddings else self.vocab * self.hidden
+
+    @property
+    def layer_params(self) -> int:
+        return sum(lin.params for lin in self.linears()) + self.layer_norm_params()
+
+    @property
+    def params(self) -> int:
+        """Total parameters (the safetensors count when known, else from the shapes)."""
+        if self.exact_params is not None:
+            return self.exact_params
+        return self.architecture_params
+
+    @property
+    def architecture_params(self) -> int:
+        final_norm = self.hidden
+        return (
+            self.embedding_params
+            + self.lm_head_params
+            + self.layers * self.layer_params
+            + final_norm
+        )
+
+    @property
+    def linear_params(self) -> int:
+        """Parameters in the decoder layers' linear weights: what 4-bit quantization stores."""
+        return self.layers * sum(lin.params for lin in self.linears() if lin.name != "router")
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token passes through (MoE: only the routed experts)."""
+        if not self.is_moe:
+            return self.params
+        unused = self.experts - self.experts_per_token
+        per_expert = sum(lin.params // lin.count for lin in self.linears() if lin.expert)
+        return self.params - self.layers * unused * per_expert
+
+
+def _get(cfg: dict[str, Any], key: str, default: Any = None, required: bool = False) -> Any:
+    value = cfg.get(key, default)
+    if value is None and required:
+        raise PlanError("model", f"config.json lacks {key!r}, which the estimate needs")
+    return value
+
+
+def _positive_int(cfg: dict[str, Any], key: str, default: Any = None) -> int:
+    value = _get(cfg, key, default, required=True)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise PlanError("model", f"config.json field {key!r} must be a positive integer")
+    return value
+
+
+def spec_from_config(
+    cfg: dict[str, Any], name: str, *, source: str = "config", hf_id: str | None = None
+) -> ModelSpec:
+    """Build a ModelSpec from a Hugging Face config.json dict."""
+    if not isinstance(cfg, dict):
+        raise PlanError("model", "config.json must hold a JSON object")
+    text = cfg.get("text_config")
+    model_type = str(cfg.get("model_type", "llama"))
+    if isinstance(text, dict):  # multimodal wrappers (Gemma 3): plan the text decoder
+        cfg = {**text, "model_type": text.get("model_type", model_type)}
+        model_type = str(cfg["model_type"])
+    hidden = _positive_int(cfg, "hidden_size")
+    heads = _positive_int(cfg, "num_attention_heads")
+    kv_heads = _positive_int(cfg, "num_key_value_heads", cfg.get("num_attention_heads"))
+    if heads % kv_heads:
+        raise PlanError("model", "num_attention_heads must be a multiple of num_key_value_heads")
+    head_dim = cfg.get("head_dim") or hidden // heads
+    if model_type in ("gemma3_text", "gemma3") and not cfg.get("head_dim"):
+        head_dim = 256  # Gemma3TextConfig's default head_dim
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
+    notes: list[str] = []
+    if model_type not in _KNOWN:
+        notes.append(f"model_type {model_type!r} is not modelled exactly; assumed Llama-like")
+    attention_bias = bool(cfg.get("attention_bias", False))
+    return ModelSpec(
+        name=name,
+        hidden=hidden,
+        layers=_positive_int(cfg, "num_hidden_layers"),
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=int(head_dim),
+        intermediate=_positive_int(cfg, "intermediate_size"),
+        vocab=_positive_int(cfg, "vocab_size"),
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", model_type.startswith("gemma"))),
+        model_type=model_type,
+        qkv_bias=attention_bias or model_type in _QKV_BIAS,
+        o_bias=attention_bias and model_type != "qwen2",
+        mlp_bias=bool(cfg.get("mlp_bias", False)),
+        qk_norm="head"
+        if model_type in _QK_NORM_HEAD
+        else "full"
+        if model_type in _QK_NORM_FULL
+        else "none",
+        norms_per_layer=_NORMS_PER_LAYER.get(model_type, 2),
+        experts=experts,
+        experts_per_token=int(cfg.get("num_experts_per_tok") or 0) if experts else 0,
+        expert_intermediate=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"])
+        if experts
+        else 0,
+        shared_expert_intermediate=int(cfg.get("shared_expert_intermediate_size") or 0),
+        router_bias=model_type == "gpt_oss",
+        expert_bias=model_type == "gpt_oss",
+        attention_sinks=model_type == "gpt_oss",
+        final_logit_softcap=bool(cfg.get("final_logit_softcapping")),
+        dtype=_dtype_name(cfg.get("torch_dtype") or cfg.get("dtype")),
+        hf_id=hf_id,
+        source=source,
+        notes=tuple(notes),
+    )
+
+
+def _dtype_name(value: object) -> str:
+    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(value), "bf16")
+
+
+# Typical decoder shapes by size (Llama 3 / Qwen 2.5 families), used when only a count is given.
+_TYPICAL = (  # (params, hidden, layers)
+    (0.1e9, 576, 30),
+    (0.5e9, 896, 24),
+    (1.5e9, 1536, 28),
+    (3e9, 3072, 28),
+    (8e9, 4096, 32),
+    (14e9, 5120, 48),
+    (32e9, 5120, 64),
+    (70e9, 8192, 80),
+    (405e9, 16384, 126),
+)
+
+
+def spec_from_count(params: int, name: str) -> ModelSpec:
+    """A typical Llama-3-style decoder with ``params`` parameters (dimensions assumed)."""
+    if params < 1e6 or params > 5e12:
+        raise PlanError("model", f"{params:,} parameters is outside 1M..5T")
+    hidden, layers = min(_TYPICAL, key=lambda t: abs(t[0] - params) / t[0])[1:]
+    heads = max(1, hidden // 128) if hidden >= 1024 else max(1, hidden // 64)
+    kv_heads = max(1, heads // 4) if heads % 4 == 0 else heads
+    vocab = 128256 if params >= 1e9 else 49152
+    base = ModelSpec(
+        name=name,
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=hidden // heads,
+        intermediate=hidden * 3,
+        vocab=vocab,
+        tied_embeddings=params < 4e9,
+        source="count",
+        assumed=True,
+    )
+    # Solve the MLP width so the shapes add up to the requested count.
+    fixed = base.architecture_params - base.layers * 3 * hidden * base.intermediate
+    intermediate = max(hidden, round((params - fixed) / (3 * hidden * layers)))
+    spec = replace(base, intermediate=intermediate, exact_params=params)
+    note = (
+        f"dimensions assumed from a typical decoder of this size: hidden {hidden}, "
+        f"{layers} layers, {heads} heads ({kv_heads} kv), MLP {intermediate}, vocab {vocab}"
+    )
+    return replace(spec, notes=(note,))

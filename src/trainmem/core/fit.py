@@ -1,0 +1,39 @@
+"""Does a plan fit a device? Verdicts with headroom, judged on usable memory.
+
+Usable memory is a discrete GPU's own memory, or three quarters of unified memory (the guide:
+the OS and other apps need their share). ``tight`` means it fits with under 10% headroom.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TIGHT_FRACTION = 0.10
+UNIFIED_USABLE = 0.75
+
+
+@dataclass(frozen=True)
+class FitResult:
+    device: str
+    usable_bytes: int
+    verdict: str  # "fits" | "tight" | "too big"
+    headroom_bytes: int  # negative when too big
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict != "too big"
+
+
+def usable_bytes(total_bytes: int, unified: bool) -> int:
+    return int(total_bytes * UNIFIED_USABLE) if unified else total_bytes
+
+
+def judge_fit(required_bytes: int, device: str, usable: int) -> FitResult:
+    headroom = usable - required_bytes
+    if headroom < 0:
+        verdict = "too big"
+    elif headroom < TIGHT_FRACTION * usable:
+        verdict = "tight"
+    else:
+        verdict = "fits"
+    return FitResult(device, usable, verdict, headroom)

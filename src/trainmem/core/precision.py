@@ -1,0 +1,55 @@
+"""What each precision recipe stores in which dtype, as the frameworks really do it.
+
+- ``fp32``: fp32 weights, gradients, activations.
+- ``bf16`` / ``fp16``: the model is loaded in 16 bits; torch.optim.AdamW keeps its moments in the
+  parameters' dtype (``torch.zeros_like(p, memory_format=torch.preserve_format)`` in
+  torch/optim/adamw.py ``_init_group``), so states are 16-bit too.
+- ``bf16-mixed`` / ``fp16-mixed``: fp32 weights and gradients, forward under
+  ``torch.autocast``: linear layers run on 16-bit copies (autocast caches one copy of each leaf
+  weight for the whole forward, aten/src/ATen/autocast_mode.cpp ``cached_cast``), the residual
+  stream and norms stay fp32 (the embedding output is fp32).
+- QLoRA with PEFT's ``prepare_model_for_kbit_training`` (peft/utils/other.py) casts every
+  non-quantized 16-bit parameter (embeddings, lm_head, norms) to fp32, so the residual stream
+  becomes fp32; bitsandbytes' ``Linear4bit.forward`` casts its output back to the input dtype.
+- LoRA adapters: PEFT upcasts 16-bit adapter weights to fp32 (``autocast_adapter_dtype=True``,
+  peft/tuners/tuners_utils.py) and casts each targeted layer's input to the adapter dtype
+  (``_cast_input_dtype`` in peft/tuners/lora/layer.py) before ``lora_A``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainmem.core.plan import Plan
+
+
+@dataclass(frozen=True)
+class Dtypes:
+    weight: int  # bytes per element of the (base) weights as stored
+    trainable: int  # bytes of trainable parameters, hence of their gradients
+    state: int  # bytes of one optimizer moment element
+    resid: int  # residual stream and norm outputs
+    act: int  # linear-layer outputs (attention and MLP intermediates)
+    autocast: bool
+
+
+def dtypes(plan: Plan) -> Dtypes:
+    half = plan.precision in ("bf16", "fp16")
+    mixed = plan.precision.endswith("-mixed")
+    weight = 2 if half else 4
+    resid = 2 if half else 4
+    act = 2 if (half or mixed) else 4
+    if plan.method == "qlora" and plan.kbit_prep:
+        resid = act = 4
+    if plan.trains_adapter:
+        trainable = 4  # PEFT's fp32 adapters
+    else:
+        trainable = weight
+    return Dtypes(
+        weight=weight,
+        trainable=trainable,
+        state=trainable,
+        resid=resid,
+        act=act,
+        autocast=mixed,
+    )

@@ -1,0 +1,146 @@
+"""Model states: weights, gradients, optimizer state, master copy and adapter, per GPU.
+
+Per-parameter accounting follows ZeRO (Rajbhandari et al. 2019, section 3) for the way stages
+1/2/3 partition optimizer state, gradients and parameters across data-parallel GPUs, with
+DeepSpeed's mixed-precision layout (16-bit weights and gradients, fp32 master copy and Adam
+moments; ``deepspeed/runtime/zero/stage_1_and_2.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainmem.core.architecture import ModelSpec
+from trainmem.core.plan import Plan
+from trainmem.core.precision import Dtypes
+
+# bitsandbytes NF4 with double quantization (bitsandbytes/functional.py quantize_4bit,
+# blocksize 64; absmax re-quantized to uint8 in blocks of 256 with an fp32 absmax per block):
+# 4 bits per weight + 1 byte per 64 weights + 4 bytes per 64*256 weights.
+NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
+# bitsandbytes 8-bit blockwise optimizers: uint8 state + fp32 absmax per block of 256
+# (bitsandbytes/optim/optimizer.py Optimizer8bit.init_state, block_wise=True).
+ADAM8BIT_BYTES_PER_STATE = 1 + 4 / 256
+BNB_MIN_8BIT_SIZE = 4096  # smaller tensors keep 32-bit states
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A trainable tensor's shape (``cols == 1`` for vectors), ``count`` copies in the model."""
+
+    rows: int
+    cols: int
+    count: int
+
+    @property
+    def numel(self) -> int:
+        return self.rows * self.cols * self.count
+
+
+@dataclass(frozen=True)
+class States:
+    weights: int  # base weights (frozen or trainable) resident on one GPU
+    master: int  # fp32 master copy (DeepSpeed-style mixed precision)
+    adapter: int  # LoRA A/B weights
+    gradients: int
+    optimizer: int
+    optimizer_temp: int  # allocated during optimizer.step() only
+    trainable_params: int
+    quantized: bool
+
+
+def trainable_matrices(spec: ModelSpec, plan: Plan) -> list[Matrix]:
+    """Shapes of every trainable tensor: the whole model, or the LoRA A and B matrices."""
+    if plan.trains_adapter:
+        r, targets = plan.lora_rank, set(plan.target_modules)
+        out: list[Matrix] = []
+        for lin in spec.linears():
+            if lin.name in targets:
+                n = lin.count * spec.layers
+                out += [Matrix(r, lin.in_features, n), Matrix(lin.out_features, r, n)]
+        return out
+    mats = [Matrix(spec.vocab, spec.hidden, 1)]
+    if not spec.tied_embeddings:
+        mats.append(Matrix(spec.vocab, spec.hidden, 1))
+    for lin in spec.linears():
+        mats.append(Matrix(lin.out_features, lin.in_features, lin.count * spec.layers))
+        if lin.bias:
+            mats.append(Matrix(lin.out_features, 1, lin.count * spec.layers))
+    mats.append(Matrix(spec.layer_norm_params(), 1, spec.layers))
+    mats.append(Matrix(spec.hidden, 1, 1))
+    return mats
+
+
+def _optimizer_bytes(plan: Plan, mats: list[Matrix], trainable: int, state: int) -> int:
+    if plan.optimizer == "sgd":
+        return 0  # torch.optim.SGD without momentum keeps no state
+    if plan.optimizer in ("adamw-8bit", "paged-adamw-8bit"):
+        return sum(
+            round(m.numel * 2 * ADAM8BIT_BYTES_PER_STATE)
+            if m.rows * m.cols >= BNB_MIN_8BIT_SIZE
+            else m.numel * 8
+            for m in mats
+        )
+    if plan.optimizer == "adafactor":
+        # transformers' Adafactor (beta1=None): factored second moment, a row and a column
+        # vector in fp32 per matrix; vectors keep a full fp32 second moment.
+        return sum(4 * m.count * (m.rows + m.cols if m.cols > 1 else m.rows) for m in mats)
+    return 2 * state * trainable  # AdamW: exp_avg and exp_avg_sq in the parameters' dtype
+
+
+def _optimizer_temp(plan: Plan, mats: list[Matrix], trainable: int, state: int) -> int:
+    if plan.optimizer == "adamw-foreach":
+        # torch/optim/adamw.py _multi_tensor_adamw: torch._foreach_sqrt(exp_avg_sqs) allocates
+        # one tensor per parameter in the states' dtype before _foreach_addcdiv_.
+        return state * trainable
+    if plan.optimizer == "adafactor":
+        # transformers/optimization.py Adafactor.step: fp32 grad copy, grad**2 and the update
+        # for the parameter being stepped.
+        largest = max((m.rows * m.cols for m in mats), default=0)
+        return 3 * 4 * largest
+    return 0  # fused AdamW, 8-bit AdamW and SGD update in place
+
+
+def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
+    mats = trainable_matrices(spec, plan)
+    trainable = sum(m.numel for m in mats)
+    params = spec.params
+    quantized = plan.method == "qlora"
+    if quantized:
+        q_elems = spec.layers * sum(
+            lin.count * lin.in_features * lin.out_features for lin in spec.linears()
+        )
+        other = params - q_elems  # embeddings, lm_head, norms and biases stay unquantized
+        weights = round(q_elems * NF4_BYTES_PER_PARAM) + other * dt.resid
+    else:
+        weights = params * dt.weight
+    adapter = trainable * dt.trainable if plan.trains_adapter else 0
+    gradients = trainable * dt.trainable
+    optimizer = _optimizer_bytes(plan, mats, trainable, dt.state)
+    master = 0
+    n = plan.gpus
+    if plan.zero > 0 and not plan.trains_adapter and plan.precision != "fp32":
+        # DeepSpeed mixed precision: 16-bit weights and gradients, fp32 master and moments.
+        weights, gradients = 2 * params, 2 * trainable
+        master = 4 * trainable
+        optimizer = _optimizer_bytes(plan, mats, trainable, 4)
+    if plan.zero >= 1:
+        master, optimizer = master // n, optimizer // n
+        if plan.offload in ("optimizer", "params"):
+            master = optimizer = 0
+    if plan.zero >= 2:
+        gradients //= n
+    if plan.zero >= 3:
+        weights //= n
+        if plan.offload == "params":
+            weights = 0
+    return States(
+        weights=weights,
+        master=master,
+        adapter=adapter,
+        gradients=gradients,
+        optimizer=optimizer,
+        optimizer_temp=_optimizer_temp(plan, mats, trainable, dt.state),
+        trainable_params=trainable,
+        quantized=quantized,
+    )

@@ -1,0 +1,69 @@
+"""Byte sizes: parsing user input and formatting with unambiguous units.
+
+GB means 10**9 bytes and GiB 2**30 everywhere; the guide's figures are in GB.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+GB = 10**9
+GiB = 2**30
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": GB,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": GiB,
+    "tib": 2**40,
+}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]+)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """``"24GiB"`` -> 25769803776. Raises ValueError on a missing or ambiguous unit."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not a size; use e.g. 24GiB or 80GB")
+    value, unit = float(m.group(1)), m.group(2).lower()
+    if unit not in _UNITS:
+        raise ValueError(f"unknown unit {m.group(2)!r} in {text!r}; use GB (10^9) or GiB (2^30)")
+    size = round(value * _UNITS[unit])
+    if size <= 0:
+        raise ValueError(f"{text!r} must be larger than zero")
+    return size
+
+
+def fmt_bytes(n: float, unit: str = "GB", digits: int = 1) -> str:
+    """``fmt_bytes(17.4e9)`` -> ``"17.4 GB"``; negative values keep their sign."""
+    scale = _UNITS[unit.lower()]
+    return f"{n / scale:.{digits}f} {unit}"
+
+
+def fmt_count(n: float) -> str:
+    """Parameter counts the way model cards write them: 494M, 7.62B."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= scale:
+            value = n / scale
+            digits = 2 if value < 10 else 1 if value < 100 else 0
+            return f"{value:.{digits}f}{suffix}"
+    return str(int(n))
+
+
+_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
+_COUNT_SCALE = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
+
+
+def parse_count(text: str) -> int | None:
+    """``"7B"``, ``"1.5b"``, ``"494M"``, ``"70e9"`` -> an integer; None if not a count."""
+    m = _COUNT.match(text)
+    if not m:
+        return None
+    value = float(m.group(1)) * _COUNT_SCALE[m.group(2).lower()]
+    if not math.isfinite(value):
+        return None
+    return round(value)

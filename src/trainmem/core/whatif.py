@@ -1,0 +1,135 @@
+"""What-if answers: the longest sequence and largest batch that fit, the largest catalogue model
+per method, and ranked advice when a plan does not fit.
+
+Every answer re-estimates a changed plan; nothing is a fixed percentage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from trainmem.core import catalog
+from trainmem.core.architecture import ModelSpec
+from trainmem.core.estimator import estimate
+from trainmem.core.fit import TIGHT_FRACTION
+from trainmem.core.plan import METHODS, Plan
+
+SEARCH_LIMIT = 1 << 20
+
+
+def _largest(fits: Callable[[int], bool], low: int, high: int) -> int | None:
+    """Largest n in [low, high] with fits(n), assuming fits is monotone (true then false)."""
+    if not fits(low):
+        return None
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _fits(plan: Plan, spec: ModelSpec, usable: int) -> bool:
+    return estimate(plan, spec).judged_bytes <= usable
+
+
+def max_seq_len(plan: Plan, spec: ModelSpec, usable: int) -> int | None:
+    return _largest(lambda s: _fits(replace(plan, seq_len=s), spec, usable), 1, SEARCH_LIMIT)
+
+
+def max_batch(plan: Plan, spec: ModelSpec, usable: int) -> int | None:
+    return _largest(lambda b: _fits(replace(plan, batch=b), spec, usable), 1, 65_536)
+
+
+def largest_catalogue_model(plan: Plan, usable: int) -> dict[str, str | None]:
+    """For each method, the catalogue model with the most parameters that fits."""
+    best: dict[str, str | None] = {}
+    for method in METHODS:
+        fitting = [
+            (e.transformers_params, e.hf_id)
+            for e in catalog.catalog()
+            if _fits(replace(plan, method=method, model=e.hf_id), e.spec(), usable)
+        ]
+        best[method] = max(fitting)[1] if fitting else None
+    return best
+
+
+@dataclass(frozen=True)
+class Advice:
+    action: str
+    saves_bytes: int
+    fits_after: bool
+    warning: str | None = None
+    changes: tuple[tuple[str, object], ...] = ()  # plan fields to apply it
+
+
+def advice(plan: Plan, spec: ModelSpec, usable: int) -> list[Advice]:
+    """The guide's remedies, in its order, each re-estimated; empty when the plan fits."""
+    plan = plan.validated()
+    now = estimate(plan, spec).judged_bytes
+    if now <= usable * (1 - TIGHT_FRACTION):
+        return []
+    options: list[tuple[str, dict[str, object], str | None]] = []
+    seq = max_seq_len(plan, spec, usable)
+    if plan.seq_len > 1:
+        target = seq if seq and seq < plan.seq_len else plan.seq_len // 2
+        options.append(
+            (
+                f"reduce the maximum length to {target:,} tokens",
+                {"seq_len": target},
+                "check that typical examples still fit: below their length the model "
+                "never sees the end of the answers it should learn",
+            )
+        )
+    if plan.batch > 1:
+        batch = max_batch(plan, spec, usable) or 1
+        batch = min(batch, plan.batch - 1) if batch < plan.batch else plan.batch // 2
+        options.append(
+            (
+                f"reduce the batch to {batch} (raise gradient accumulation to keep the "
+                "effective batch)",
+                {"batch": batch},
+                None,
+            )
+        )
+    if plan.method != "qlora":
+        options.append(("switch to QLoRA (4-bit base)", {"method": "qlora"}, None))
+    if not plan.grad_ckpt:
+        options.append(
+            ("enable gradient checkpointing (~20-30% slower)", {"grad_ckpt": True}, None)
+        )
+    if plan.method == "full":
+        options.append(("train a LoRA adapter instead of every weight", {"method": "lora"}, None))
+    if plan.optimizer in ("adamw", "adamw-foreach") and plan.method == "full":
+        options.append(("use 8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"}, None))
+    result = []
+    for action, changes, warning in options:
+        after = estimate(replace(plan, **changes), spec).judged_bytes  # type: ignore[arg-type]
+        result.append(
+            Advice(action, now - after, after <= usable, warning, tuple(changes.items()))
+        )
+    smaller = _smaller_model(plan, usable)
+    if smaller is not None:
+        entry, after = smaller
+        result.append(
+            Advice(
+                f"pick a smaller model, e.g. {entry}",
+                now - after,
+                True,
+                None,
+                (("model", entry),),
+            )
+        )
+    return result
+
+
+def _smaller_model(plan: Plan, usable: int) -> tuple[str, int] | None:
+    """The largest catalogue model that fits this plan unchanged otherwise."""
+    best: tuple[int, str, int] | None = None
+    for e in catalog.catalog():
+        after = estimate(replace(plan, model=e.hf_id), e.spec()).judged_bytes
+        if after <= usable and (best is None or e.transformers_params > best[0]):
+            best = (e.transformers_params, e.hf_id, after)
+    return (best[1], best[2]) if best else None
