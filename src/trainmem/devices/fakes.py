@@ -214,10 +214,11 @@ class FakeNvml:
         return self._procs("nvmlDeviceGetComputeRunningProcesses_v2", h, 2)
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: FakeGpu) -> list[Any]:
+        # As in an older binding, the unversioned call uses the driver's plain symbol. A newer
+        # binding turns a missing symbol here into NVMLLibraryMismatchError, as this does.
         try:
-            return self._procs("nvmlDeviceGetComputeRunningProcesses", h, 3)
+            return self._procs("nvmlDeviceGetComputeRunningProcesses", h, 1)
         except self.NVMLError as err:
-            # The real binding's unversioned call maps a missing symbol to this error.
             if getattr(err, "value", None) == 13:
                 raise self.NVMLLibraryMismatchError("unversioned call") from err
             raise

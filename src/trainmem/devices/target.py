@@ -79,7 +79,11 @@ def parse_size(text: str) -> int:
 
 
 def parse_device_spec(
-    spec: str, *, nvml: NvmlReader | None = None, system: SystemReader | None = None
+    spec: str,
+    *,
+    nvml: NvmlReader | None = None,
+    system: SystemReader | None = None,
+    apple: bool | None = None,
 ) -> list[DeviceTarget]:
     """``"RTX-4090"``, ``"24GiB"``, ``"unified:36GB"``, ``"auto"``, ``"A100-80GB,24GiB"``.
 
@@ -91,17 +95,17 @@ def parse_device_spec(
         raise ValueError(f"empty device in {spec!r}; use {ACCEPTED}")
     targets: list[DeviceTarget] = []
     for item in items:
-        targets.extend(_parse_one(item, nvml, system))
+        targets.extend(_parse_one(item, nvml, system, apple))
     return targets
 
 
 def _parse_one(
-    item: str, nvml: NvmlReader | None, system: SystemReader | None
+    item: str, nvml: NvmlReader | None, system: SystemReader | None, apple: bool | None
 ) -> list[DeviceTarget]:
     from trainmem.devices.presets import resolve_preset  # presets imports this module
 
     if item.lower() == "auto":
-        return detect_targets(nvml, system)
+        return detect_targets(nvml, system, apple=apple)
     preset = resolve_preset(item)
     if preset is not None:
         return [preset]
@@ -122,13 +126,16 @@ def _parse_one(
 
 
 def detect_targets(
-    nvml: NvmlReader | None = None, system: SystemReader | None = None
+    nvml: NvmlReader | None = None,
+    system: SystemReader | None = None,
+    *,
+    apple: bool | None = None,
 ) -> list[DeviceTarget]:
     """The devices of this machine: every GPU (each MIG slice of a GPU in MIG mode), else
     unified memory (Apple silicon, GB10-class), else CPU RAM, so a verdict is always possible."""
     from trainmem.devices.sampler import read_devices  # reads hardware: only when asked
 
-    devices, _status = read_devices(nvml, system)
+    devices, _status = read_devices(nvml, system, apple=apple)
     targets: list[DeviceTarget] = []
     for d in devices:
         if d.kind == "system" or d.unavailable is not None or not d.total_bytes:
