@@ -43,7 +43,10 @@ def convert(ref: dict) -> dict:
         "transformers_params": ref["transformers_meta_count"],
         "published": {"text": published.get("text"), "value": published.get("value")},
         "notes": ref.get("mismatch_notes", []),
-        "sources": [":".join(str(s.get(k, "")) for k in ("repo", "path", "url") if s.get(k)) for s in ref.get("sources", [])],
+        "sources": [
+            ":".join(str(s.get(k, "")) for k in ("repo", "path", "url") if s.get(k))
+            for s in ref.get("sources", [])
+        ],
     }
 
 

@@ -57,7 +57,7 @@ class Report:
                     "headroom_bytes": f.headroom_bytes,
                     "judged_on": judged_on,
                 }
-                for f, t in zip(self.fit, self.targets)
+                for f, t in zip(self.fit, self.targets, strict=True)
             ],
             "advice": [
                 {

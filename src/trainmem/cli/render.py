@@ -43,7 +43,7 @@ def render_report(report: Report, console: Console | None = None) -> None:
         f"trainable {fmt_count(est.trainable_params)}"
     )
     judged = "the rule of thumb" if plan.rule_of_thumb else "the device peak"
-    for fit, target in zip(report.fit, report.targets):
+    for fit, target in zip(report.fit, report.targets, strict=True):
         verdict = Text(fit.verdict.upper(), style=VERDICT_STYLE[fit.verdict])
         room = "headroom" if fit.headroom_bytes >= 0 else "over by"
         console.print(

@@ -51,6 +51,7 @@ class Estimate:
     phases: dict[str, int]  # allocated total at each moment of the step
     rule_of_thumb_bytes: int
     trainable_params: int
+    saved_activation_bytes: int  # what autograd holds once forward ends
     notes: tuple[str, ...] = field(default=())
 
     def component(self, name: str) -> int:
@@ -167,6 +168,7 @@ def estimate(plan: Plan, spec: ModelSpec) -> Estimate:
         phases=totals,
         rule_of_thumb_bytes=rule_of_thumb_bytes(spec.params, plan),
         trainable_params=st.trainable_params,
+        saved_activation_bytes=saved_after_forward,
         notes=_notes(spec, plan),
     )
 

@@ -83,7 +83,9 @@ class Plan:
         if not self.model.strip():
             raise PlanError("model", "is empty; give a catalogue id, a count like 7B or a path")
         preset = self.lora_targets.strip().lower() in LORA_PRESETS
-        return replace(self, lora_targets=self.lora_targets.strip().lower() if preset else ",".join(targets))
+        return replace(
+            self, lora_targets=self.lora_targets.strip().lower() if preset else ",".join(targets)
+        )
 
     @property
     def trains_adapter(self) -> bool:

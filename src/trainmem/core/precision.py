@@ -41,10 +41,7 @@ def dtypes(plan: Plan) -> Dtypes:
     act = 2 if (half or mixed) else 4
     if plan.method == "qlora" and plan.kbit_prep:
         resid = act = 4
-    if plan.trains_adapter:
-        trainable = 4  # PEFT's fp32 adapters
-    else:
-        trainable = weight
+    trainable = 4 if plan.trains_adapter else weight  # PEFT keeps adapters in fp32
     return Dtypes(
         weight=weight,
         trainable=trainable,

@@ -94,15 +94,17 @@ def resolve_model(text: str) -> ModelSpec:
         return entry.spec()
     path = Path(text).expanduser()
     if path.is_file() and path.name.endswith(".json"):
-        return spec_from_folder(path.parent, text, "config") if path.name == "config.json" else (
-            _spec_from_json_file(path, text)
+        return (
+            spec_from_folder(path.parent, text, "config")
+            if path.name == "config.json"
+            else (_spec_from_json_file(path, text))
         )
     if path.is_dir():
         return spec_from_folder(path, path.name or text, "config")
     cached = cached_model_dir(text) if "/" in text else None
     if cached is not None:
         return spec_from_folder(cached, text, "hf-cache")
-    if path.suffix == ".json" or os.sep in text and not text.count("/") == 1:
+    if path.suffix == ".json" or text.startswith((".", "/", "~")) or text.count("/") > 1:
         raise PlanError("model", f"no such file: {text}")
     close = difflib.get_close_matches(text, catalog.names(), n=3, cutoff=0.5)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""

@@ -107,9 +107,7 @@ def advice(plan: Plan, spec: ModelSpec, usable: int) -> list[Advice]:
     result = []
     for action, changes, warning in options:
         after = estimate(replace(plan, **changes), spec).judged_bytes  # type: ignore[arg-type]
-        result.append(
-            Advice(action, now - after, after <= usable, warning, tuple(changes.items()))
-        )
+        result.append(Advice(action, now - after, after <= usable, warning, tuple(changes.items())))
     smaller = _smaller_model(plan, usable)
     if smaller is not None:
         entry, after = smaller

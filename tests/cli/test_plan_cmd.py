@@ -1,0 +1,86 @@
+"""The headless `plan` command: the JSON contract and one-line errors with exit status 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trainmem.cli.main import main
+
+
+def run_json(capsys, *args):
+    assert main(["plan", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_contract(capsys):
+    out = run_json(capsys, "--model", "Qwen/Qwen2.5-7B", "--device", "rtx-4090,unified:36GB")
+    assert set(out) >= {"model", "plan", "components", "peak", "rule_of_thumb_bytes", "fit"}
+    assert set(out["model"]) >= {"name", "source", "params", "trainable_params"}
+    assert out["model"]["params"] == 7_615_616_512
+    assert out["plan"]["method"] == "lora" and out["plan"]["seq_len"] == 2048
+    for c in out["components"]:
+        assert set(c) == {"name", "bytes", "kind"} and isinstance(c["bytes"], int)
+        assert c["kind"] in ("tensor", "runtime")
+    tensors = sum(c["bytes"] for c in out["components"] if c["kind"] == "tensor")
+    assert tensors == out["peak"]["allocated_bytes"]
+    assert out["peak"]["device_bytes"] == sum(c["bytes"] for c in out["components"])
+    assert [f["device"] for f in out["fit"]] == ["RTX-4090", "unified 36GB"]
+    for f in out["fit"]:
+        assert f["verdict"] in ("fits", "tight", "too big")
+        assert f["headroom_bytes"] == f["usable_bytes"] - out["peak"]["device_bytes"]
+    for a in out["advice"]:
+        assert set(a) >= {"action", "saves_bytes", "fits_after"}
+
+
+def test_rule_of_thumb_mode_judges_on_the_rule(capsys):
+    out = run_json(
+        capsys, "--model", "8B", "--method", "qlora", "--device", "16GB", "--rule-of-thumb"
+    )
+    assert out["rule_of_thumb_bytes"] == 9_000_000_000  # 0.7 x 8 + 3.4 GB
+    assert out["fit"][0]["verdict"] == "fits"
+    assert out["fit"][0]["headroom_bytes"] == 16_000_000_000 - out["rule_of_thumb_bytes"]
+
+
+def test_advice_is_ranked_in_the_guides_order(capsys):
+    out = run_json(
+        capsys, "--model", "meta-llama/Llama-3.1-8B", "--device", "16GB", "--no-grad-ckpt"
+    )
+    actions = [a["action"] for a in out["advice"]]
+    assert actions[0].startswith("reduce the maximum length")
+    assert actions[1].startswith("reduce the batch")
+    assert actions[2].startswith("switch to QLoRA")
+    assert actions[3].startswith("enable gradient checkpointing")
+    assert all(a["saves_bytes"] > 0 for a in out["advice"])
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--model", "nope-nope"], "model"),
+        (["--seq-len", "0"], "--seq-len"),
+        (["--seq-len", "abc"], "--seq-len"),
+        (["--batch", "-2"], "--batch"),
+        (["--method", "dora"], "--method"),
+        (["--seq-len", "99999999999"], "seq_len"),
+        (["--device", "16G"], "ambiguous"),
+        (["--zero", "0", "--offload", "optimizer"], "offload"),
+        (["--lora-targets", "q,banana"], "lora_targets"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, field):
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainmem", "plan", *args],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_table_output_runs(capsys):
+    assert main(["plan", "--model", "1.5B", "--device", "24GB"]) == 0
+    out = capsys.readouterr().out
+    assert "activations" in out and "24GB" in out
