@@ -10,20 +10,18 @@ from trainmem.core.precision import dtypes
 from trainmem.core.states import ADAM8BIT_BYTES_PER_STATE, NF4_BYTES_PER_PARAM, model_states
 
 H, LAYERS, HEADS, KV, HD, FF, V = 256, 2, 4, 2, 64, 512, 1000
-SPEC = spec_from_config(
-    {
-        "model_type": "llama",
-        "hidden_size": H,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV,
-        "head_dim": HD,
-        "intermediate_size": FF,
-        "vocab_size": V,
-        "tie_word_embeddings": False,
-    },
-    "tiny",
-)
+SPEC_CONFIG = {
+    "model_type": "llama",
+    "hidden_size": H,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": HEADS,
+    "num_key_value_heads": KV,
+    "head_dim": HD,
+    "intermediate_size": FF,
+    "vocab_size": V,
+    "tie_word_embeddings": False,
+}
+SPEC = spec_from_config(SPEC_CONFIG, "tiny")
 P = SPEC.params
 QD, KVD = HEADS * HD, KV * HD
 
@@ -128,3 +126,13 @@ def test_peak_is_the_largest_phase_and_components_add_up():
         tensors = sum(c.bytes for c in est.components if c.kind == "tensor")
         assert tensors == est.allocated_bytes
         assert est.device_bytes == sum(c.bytes for c in est.components)
+
+
+def test_tied_embedding_backward_sums_two_gradients_out_of_place():
+    tied = spec_from_config({**SPEC_CONFIG, "tie_word_embeddings": True}, "tied")
+    p = plan(method="full", precision="fp32")
+    est = estimate(p, tied)
+    vh = V * H * 4
+    # all gradients, plus lm_head's buffered gradient and the sum, alive together
+    optimizer_and_weights = 4 * tied.params + 8 * tied.params
+    assert est.phases["backward (embedding)"] == optimizer_and_weights + 4 * tied.params + 2 * vh

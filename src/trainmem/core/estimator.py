@@ -140,9 +140,11 @@ def estimate(plan: Plan, spec: ModelSpec) -> Estimate:
             grad_head + layers * grad_layer,
             transient + dequant,
         ),
-        # Embedding backward: a tied embedding accumulates a second vocab x hidden gradient.
+        # Embedding backward. A tied weight's two gradients (lm_head's, held in autograd's
+        # input buffer since the start of backward, and the embedding's) are summed out of
+        # place before AccumulateGrad: old, new and sum are alive together.
         "backward (embedding)": moment(
-            0, 0, st.gradients, grad_head if full and spec.tied_embeddings else 0
+            0, 0, st.gradients, 2 * grad_head if full and spec.tied_embeddings else 0
         ),
         "optimizer step": moment(0, 0, st.gradients, st.optimizer_temp),
     }

@@ -1,0 +1,188 @@
+"""Compare the estimator, the guide's rule of thumb and the public calculators with measured
+training steps, and write docs/accuracy.md.
+
+    python bench/accuracy/compare.py bench/results/measure-cpu.json [more.json ...] \
+        [--out docs/accuracy.md]
+
+Each measurement record holds the exact config and plan it ran; the estimate is made from the
+same config and plan. Error = (predicted - measured) / measured, on the allocated peak (live
+tensor bytes), which is what every measurement here records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `accuracy` package
+
+from accuracy.peers import PEERS  # noqa: E402
+
+from trainmem.core.architecture import spec_from_config  # noqa: E402
+from trainmem.core.estimator import estimate  # noqa: E402
+from trainmem.core.plan import Plan  # noqa: E402
+
+PLAN_FIELDS = {f.name for f in fields(Plan)}
+
+
+def hf_config(model: dict[str, Any]) -> dict[str, Any]:
+    """The record's config as a config.json dict (the harness may store extra keys)."""
+    cfg = dict(model["config"])
+    cfg.setdefault("model_type", cfg.get("architecture", "llama"))
+    return cfg
+
+
+def to_plan(record: dict[str, Any]) -> Plan:
+    values = {k: v for k, v in record["plan"].items() if k in PLAN_FIELDS and v is not None}
+    return Plan(model=record["model"]["name"], **{k: v for k, v in values.items() if k != "model"})
+
+
+def compare(record: dict[str, Any]) -> dict[str, Any] | None:
+    measured = (record.get("measured") or {}).get("peak_allocated_bytes")
+    if not measured:
+        return None
+    cfg = hf_config(record["model"])
+    spec = spec_from_config(cfg, record["model"]["name"])
+    plan = to_plan(record).validated()
+    est = estimate(plan, spec)
+    arch = {**cfg, "total_params": spec.params, "trainable_params": est.trainable_params}
+    peer_plan = {**record["plan"], "gpus": 1}
+    row = {
+        "id": record["id"],
+        "model": record["model"]["name"],
+        "plan": plan,
+        "execution": record["measured"].get("execution", ""),
+        "measured": measured,
+        "ours": est.allocated_bytes,
+        "rule of thumb": est.rule_of_thumb_bytes,
+    }
+    for name, (fn, _) in PEERS.items():
+        try:
+            row[name] = fn(arch, peer_plan)
+        except (KeyError, ValueError, TypeError, ZeroDivisionError):
+            row[name] = None
+    return row
+
+
+def err(pred: int | None, measured: int) -> float | None:
+    return None if pred is None else 100.0 * (pred - measured) / measured
+
+
+def summarize(rows: list[dict[str, Any]], tools: list[str]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for tool in tools:
+        errs = [abs(e) for r in rows if (e := err(r[tool], r["measured"])) is not None]
+        out[tool] = {
+            "n": len(errs),
+            "median": statistics.median(errs) if errs else None,
+            "worst": max(errs) if errs else None,
+        }
+    return out
+
+
+def fmt_pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.1f}%"
+
+
+def render(rows: list[dict[str, Any]], meta: list[dict[str, Any]], command: str) -> str:
+    tools = ["ours", "rule of thumb", *PEERS]
+    lines = ["# Accuracy against measured training steps", ""]
+    lines += [
+        "Peak allocated memory (live tensor bytes) of one measured training step, against "
+        "each tool's prediction for the same model and plan. Error = (predicted - measured) "
+        "/ measured. `n/a`: the tool has no answer for that plan.",
+        "",
+        f"Reproduce: `{command}`",
+        "",
+        "## Summary (absolute error)",
+        "",
+        "| tool | plans answered | median | worst |",
+        "|---|---|---|---|",
+    ]
+    for tool, s in summarize(rows, tools).items():
+        med = "n/a" if s["median"] is None else f"{s['median']:.1f}%"
+        worst = "n/a" if s["worst"] is None else f"{s['worst']:.1f}%"
+        lines.append(f"| {tool} | {s['n']} / {len(rows)} | {med} | {worst} |")
+    lines += [
+        "",
+        "### By method (ours)",
+        "",
+        "| method | n | median | worst |",
+        "|---|---|---|---|",
+    ]
+    for method in ("full", "lora", "qlora"):
+        subset = [r for r in rows if r["plan"].method == method]
+        if subset:
+            s = summarize(subset, ["ours"])["ours"]
+            lines.append(f"| {method} | {s['n']} | {s['median']:.1f}% | {s['worst']:.1f}% |")
+    lines += ["", "## Measurements", ""]
+    head = ["model", "method", "precision", "opt", "seq", "batch", "ckpt", "attn", "measured GB"]
+    lines.append("| " + " | ".join(head + tools) + " |")
+    lines.append("|" + "---|" * (len(head) + len(tools)))
+    for r in rows:
+        p = r["plan"]
+        cells = [
+            r["model"],
+            p.method + (f" r{p.lora_rank}" if p.method != "full" else ""),
+            p.precision,
+            p.optimizer,
+            str(p.seq_len),
+            str(p.batch),
+            "on" if p.grad_ckpt else "off",
+            p.attn,
+            f"{r['measured'] / 1e9:.3f}",
+        ]
+        cells += [fmt_pct(err(r[t], r["measured"])) for t in tools]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## Where the measurements come from", ""]
+    for m in meta:
+        lines.append(f"- `{m['file']}`: {m['machine']}; versions {m['versions']}; {m['command']}")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", nargs="+", type=Path)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    rows, meta = [], []
+    for path in args.results:
+        data = json.loads(path.read_text())
+        meta.append(
+            {
+                "file": str(path),
+                "machine": data.get("machine"),
+                "versions": data.get("versions"),
+                "command": data.get("command"),
+            }
+        )
+        seen = set()
+        for record in data["records"]:
+            key = record["id"].rsplit("/", 1)[0]  # a fake run repeating a real one
+            if key in seen:
+                continue
+            row = compare(record)
+            if row:
+                seen.add(key)
+                rows.append(row)
+    command = "python bench/accuracy/compare.py " + " ".join(map(str, args.results))
+    if args.out:
+        command += f" --out {args.out}"
+    text = render(rows, meta, command)
+    if args.out:
+        args.out.write_text(text)
+    s = summarize(rows, ["ours", "rule of thumb", *PEERS])
+    for tool, v in s.items():
+        print(f"{tool:24s} n={v['n']:3d} median={v['median']} worst={v['worst']}")
+    if not args.out:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
