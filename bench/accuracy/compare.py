@@ -21,11 +21,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `accuracy` package
 
-from accuracy.peers import PEERS  # noqa: E402
-
-from trainmem.core.architecture import spec_from_config  # noqa: E402
-from trainmem.core.estimator import estimate  # noqa: E402
-from trainmem.core.plan import Plan  # noqa: E402
+from accuracy.peers import PEERS
+from trainmem.core.architecture import spec_from_config
+from trainmem.core.estimator import estimate
+from trainmem.core.plan import Plan
 
 PLAN_FIELDS = {f.name for f in fields(Plan)}
 
