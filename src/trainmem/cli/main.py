@@ -19,8 +19,9 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from trainmem.cli import devices_cmd, plan_cmd
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser, or with ``only`` one subcommand (so `plan` never imports NVML code)."""
+    import importlib
 
     parser = Parser(
         prog="trainmem-tui",
@@ -28,15 +29,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"trainmem-tui {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=Parser, metavar="{plan,devices}")
-    plan_cmd.add_parser(sub)
-    devices_cmd.add_parser(sub)
+    for name in SUBCOMMANDS if only is None else (only,):
+        importlib.import_module(f"trainmem.cli.{name}_cmd").add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and (args[0] in SUBCOMMANDS or args[0] in ("-h", "--help", "--version")):
-        ns = build_parser().parse_args(args)
+        ns = build_parser(args[0] if args[0] in SUBCOMMANDS else None).parse_args(args)
         return int(ns.run(ns))
     # No subcommand: the dashboard, which takes the plan flags too. Imported lazily so the
     # headless commands never pay for Textual.

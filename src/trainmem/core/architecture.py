@@ -10,6 +10,7 @@ gated MLPs, attention biases, q/k norms, tied embeddings and MoE experts and rou
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from trainmem.core.errors import PlanError
@@ -99,8 +100,13 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.experts > 0
 
-    def linears(self) -> list[Linear]:
+    def linears(self) -> tuple[Linear, ...]:
         """The linear layers of one decoder layer, in forward order."""
+        return self._linears
+
+    @cached_property
+    def _linears(self) -> tuple[Linear, ...]:
+        # cached_property writes the instance __dict__ directly, so it works on a frozen class
         h = self.hidden
         layers = [
             Linear("q", h, self.q_dim, self.qkv_bias),
@@ -131,7 +137,7 @@ class ModelSpec:
                 Linear("up", h, i, self.mlp_bias),
                 Linear("down", i, h, self.mlp_bias),
             ]
-        return layers
+        return tuple(layers)
 
     def layer_norm_params(self) -> int:
         """RMSNorm weights inside one decoder layer (plus attention sinks, also per layer)."""
