@@ -136,3 +136,30 @@ def test_tied_embedding_backward_sums_two_gradients_out_of_place():
     # all gradients, plus lm_head's buffered gradient and the sum, alive together
     optimizer_and_weights = 4 * tied.params + 8 * tied.params
     assert est.phases["backward (embedding)"] == optimizer_and_weights + 4 * tied.params + 2 * vh
+
+
+def test_zero_partitions_deepspeed_mixed_precision_states():
+    p1 = plan(method="full", precision="bf16", zero=1, gpus=4)
+    st = model_states(SPEC, p1, dtypes(p1))
+    # 16-bit weights and gradients; fp32 master and Adam moments split over 4 GPUs
+    assert (st.weights, st.gradients, st.master, st.optimizer) == (2 * P, 2 * P, P, 2 * P)
+    p2 = plan(method="full", precision="bf16", zero=2, gpus=4)
+    assert model_states(SPEC, p2, dtypes(p2)).gradients == 2 * P // 4
+    p3 = plan(method="full", precision="bf16", zero=3, gpus=4, offload="optimizer")
+    st3 = model_states(SPEC, p3, dtypes(p3))
+    assert (st3.weights, st3.master, st3.optimizer) == (2 * P // 4, 0, 0)
+
+
+def test_autocast_keeps_16bit_weight_copies_during_forward():
+    mixed = estimate(plan(method="full", precision="bf16-mixed", grad_ckpt=True), SPEC)
+    linear = LAYERS * (H * QD + 2 * H * KVD + QD * H + 3 * H * FF)
+    # decoder linears and lm_head, cached until autocast exits (checkpointing saves none)
+    assert mixed.breakdown["forward"]["temporaries"] == 2 * linear + 2 * V * H
+    assert mixed.breakdown["loss backward"]["temporaries"] == 0
+    no_ckpt = estimate(plan(method="full", precision="bf16-mixed"), SPEC)
+    fp32 = estimate(plan(method="full", precision="fp32"), SPEC)
+    # without checkpointing the matmuls save the copies: they count with the activations
+    assert no_ckpt.saved_activation_bytes > 2 * linear + 2 * V * H
+    assert mixed.component("weights") == fp32.component("weights") == 4 * P
+    lora_mixed = estimate(plan(method="lora", precision="bf16-mixed"), SPEC)
+    assert lora_mixed.component("weights") == 2 * P  # a 16-bit base: nothing to copy

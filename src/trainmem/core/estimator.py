@@ -49,6 +49,7 @@ class Estimate:
     device_bytes: int
     peak_phase: str
     phases: dict[str, int]  # allocated total at each moment of the step
+    breakdown: dict[str, dict[str, int]]  # tensor components at each moment
     rule_of_thumb_bytes: int
     trainable_params: int
     saved_activation_bytes: int  # what autograd holds once forward ends
@@ -74,7 +75,9 @@ def estimate(plan: Plan, spec: ModelSpec) -> Estimate:
     full = plan.method == "full"
 
     layer_saved = tokens * la.saved + tokens * plan.seq_len * la.attention_scores
-    copy_layer, copy_head = autocast_copy_bytes(spec) if dt.autocast else (0, 0)
+    # autocast copies fp32 weights only; a 16-bit base is used as it is
+    fp32_autocast = dt.autocast and dt.weight == 4
+    copy_layer, copy_head = autocast_copy_bytes(spec) if fp32_autocast else (0, 0)
     if plan.method == "qlora":
         copy_layer = copy_head = 0  # 4-bit weights are dequantized per op, not cached
     head_saved = tokens * ha.saved
@@ -168,6 +171,7 @@ def estimate(plan: Plan, spec: ModelSpec) -> Estimate:
         device_bytes=allocated + sum(runtime.values()),
         peak_phase=peak_phase,
         phases=totals,
+        breakdown=phases,
         rule_of_thumb_bytes=rule_of_thumb_bytes(spec.params, plan),
         trainable_params=st.trainable_params,
         saved_activation_bytes=saved_after_forward,

@@ -4,10 +4,11 @@
 - ``bf16`` / ``fp16``: the model is loaded in 16 bits; torch.optim.AdamW keeps its moments in the
   parameters' dtype (``torch.zeros_like(p, memory_format=torch.preserve_format)`` in
   torch/optim/adamw.py ``_init_group``), so states are 16-bit too.
-- ``bf16-mixed`` / ``fp16-mixed``: fp32 weights and gradients, forward under
-  ``torch.autocast``: linear layers run on 16-bit copies (autocast caches one copy of each leaf
-  weight for the whole forward, aten/src/ATen/autocast_mode.cpp ``cached_cast``), the residual
-  stream and norms stay fp32 (the embedding output is fp32).
+- ``bf16-mixed`` / ``fp16-mixed``: full fine-tuning keeps fp32 weights and gradients and runs
+  the forward under ``torch.autocast``: linear layers run on 16-bit copies (autocast caches one
+  copy of each leaf weight for the whole forward, aten/src/ATen/autocast_mode.cpp
+  ``cached_cast``), the residual stream and norms stay fp32 (the embedding output is fp32).
+  With LoRA/QLoRA it is the usual Trainer(bf16=True) set-up: a 16-bit frozen base, autocast on.
 - QLoRA with PEFT's ``prepare_model_for_kbit_training`` (peft/utils/other.py) casts every
   non-quantized 16-bit parameter (embeddings, lm_head, norms) to fp32, so the residual stream
   becomes fp32; bitsandbytes' ``Linear4bit.forward`` casts its output back to the input dtype.
@@ -34,8 +35,8 @@ class Dtypes:
 
 
 def dtypes(plan: Plan) -> Dtypes:
-    half = plan.precision in ("bf16", "fp16")
     mixed = plan.precision.endswith("-mixed")
+    half = plan.precision in ("bf16", "fp16") or (mixed and plan.trains_adapter)
     weight = 2 if half else 4
     resid = 2 if half else 4
     act = 2 if (half or mixed) else 4
