@@ -60,6 +60,10 @@ def render_report(report: Report, console: Console | None = None) -> None:
             f"on {w['device']}: longest sequence that fits "
             f"{f'{seq:,}' if seq else 'none'}, largest batch {batch or 'none'}"
         )
+        largest = w.get("largest_catalogue_model") or {}
+        if largest:
+            best = ", ".join(f"{m} {largest[m] or 'none'}" for m in largest)
+            console.print(f"largest catalogue model that fits there: {best}")
     if report.advice:
         console.print("[bold]To make it fit, in the guide's order:[/bold]")
         for i, a in enumerate(report.advice, 1):
