@@ -289,7 +289,8 @@ def _print_table(snap: Snapshot) -> None:
         console.print(pt)
     nv = snap.nvml
     if nv.available:
-        console.print(f"NVML {nv.nvml_version or '?'}, driver {nv.driver_version or '?'}", end="")
-        console.print(f" ({nv.reason})" if nv.reason else "")
+        line = f"NVML {nv.nvml_version or '?'}, driver {nv.driver_version or '?'}"
+        line += f", binding {nv.binding}" if nv.binding else ""
+        console.print(line + (f" ({nv.reason})" if nv.reason else ""), highlight=False)
     else:
-        console.print(f"NVML not available: {nv.reason}")
+        console.print(f"NVML not available: {nv.reason}", highlight=False)

@@ -58,9 +58,10 @@ class FakeGpu:
 class FakeNvml:
     """A stand-in for the `pynvml` module.
 
-    ``init_error``: NVML error code nvmlInit raises (12 library missing, 9 driver not loaded,
-    18 driver/library mismatch). ``process_api``: the newest compute-processes call the "driver"
-    has ("v3", "v2" or "v1"); ``missing``: attribute names this "binding" lacks altogether.
+    ``init_error``: the NVML error code nvmlInit raises (12 library missing, 9 driver not
+    loaded, 18 driver/library mismatch). ``process_api``: the newest compute-processes call the
+    "driver" has ("v3", "v2" or "v1"). ``missing``: optional attributes this "binding" lacks;
+    they are set to None, which the reader treats as absent.
     """
 
     NVML_TEMPERATURE_GPU = 0
@@ -86,14 +87,10 @@ class FakeNvml:
         self.driver_version = driver_version
         self.nvml_version = nvml_version
         self.process_api = process_api
-        self.missing = set(missing)
         self.calls: Counter[str] = Counter()
+        for name in missing:  # looked up with getattr(module, name, None) by the reader
+            setattr(self, name, None)
         self.initialised = 0
-
-    def __getattribute__(self, name: str) -> Any:
-        if name != "missing" and name in object.__getattribute__(self, "missing"):
-            raise AttributeError(name)
-        return object.__getattribute__(self, name)
 
     def _raise(self, code: int) -> None:
         raise self.NVMLError(code)

@@ -136,6 +136,11 @@ class NvmlReader:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def status(self) -> NvmlStatus:
+        """Initialises NVML on first use; afterwards returns at once, without the lock, so a
+        UI thread asking never waits behind a slow sample."""
+        status = self._status
+        if status is not None:
+            return status
         with self._lock:
             if self._status is None:
                 self._status = self._init()
@@ -286,8 +291,8 @@ class NvmlReader:
         )
 
     def _memory(self, q: _Query, h: Any) -> tuple[int, int, int, int | None] | None:
-        """(total, used, free, reserved). The v2 API counts driver-reserved memory separately;
-        we add it to used so that used + free = total, as v1 (and nvidia-smi) report it."""
+        """(total, used, free, reserved). The v2 API counts driver-reserved memory apart from
+        used; we add it back so that used + free = total, as the v1 API reports it."""
         nv = self._nv
         v2 = getattr(nv, "nvmlMemory_v2", None)
         if v2 is not None:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from trainmem.devices.nvml import NvmlReader, default_reader
-from trainmem.devices.snapshot import DeviceReading, NvmlStatus, Snapshot
+from trainmem.devices.snapshot import DeviceReading, NvmlStatus, ProcessReading, Snapshot
 from trainmem.devices.system import SystemReader
 from trainmem.devices.unified import apple_device, as_unified, is_apple_silicon
 
@@ -69,12 +69,14 @@ def read_devices(
                 seen.add(p.pid)
                 info = system.process(p.pid)
                 procs.append(
-                    dataclasses.replace(
-                        p,
+                    ProcessReading(
+                        pid=p.pid,
+                        used_bytes=p.used_bytes,
                         name=info.name,
                         user=info.user,
                         cmdline=info.cmdline,
                         unavailable=info.unavailable,
+                        gpu_instance_id=p.gpu_instance_id,
                     )
                 )
             gpu = dataclasses.replace(gpu, processes=tuple(procs))
@@ -203,14 +205,20 @@ class Sampler:
         peak = self._device_peaks.get(d.id)
         if d.used_bytes is not None and (peak is None or d.used_bytes > peak):
             peak = self._device_peaks[d.id] = d.used_bytes
-        procs = d.processes
-        if procs:
-            procs = tuple(
-                dataclasses.replace(
-                    p, peak_used_bytes=self._process_peak(d.id, p.pid, p.used_bytes)
-                )
-                for p in procs
+        # Built directly rather than with dataclasses.replace, which costs twice as much.
+        procs = tuple(
+            ProcessReading(
+                p.pid,
+                p.used_bytes,
+                p.name,
+                p.user,
+                p.cmdline,
+                p.unavailable,
+                p.gpu_instance_id,
+                self._process_peak(d.id, p.pid, p.used_bytes),
             )
+            for p in d.processes
+        )
         return dataclasses.replace(d, peak_used_bytes=peak, processes=procs)
 
     def _process_peak(self, device_id: str, pid: int, used: int | None) -> int | None:
