@@ -1,0 +1,775 @@
+"""Measure the memory of one training step of real causal-LM architectures.
+
+    python bench/measure/harness.py --subset quick --out bench/results/measure-cpu.json
+    python bench/measure/harness.py --subset full  --out bench/results/measure-cpu.json
+    python bench/measure/harness.py --device cuda --subset gpu --out bench/results/measure-cuda.json
+
+Models are built from the config dicts in /work/shared/reference/models.json
+(random weights, nothing is downloaded).  One warm-up step, then one measured
+step exactly as the Hugging Face Trainer runs it:
+
+    model.train()
+    loss = model(input_ids=ids, labels=ids).loss     # output object dropped
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+Memory is the peak of live tensor storages (bench/measure/tracker.py), with a
+category per storage and the phase at the peak.  Small models run for real; the
+rest run under FakeTensorMode (shapes only), after the harness has shown on
+small models that fake and real execution give the same tracked peak (the
+``checks.fake_vs_real`` block of the output).  See README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tracker import StorageTracker
+
+REPO = Path(__file__).resolve().parents[2]
+MODELS_JSON = Path(os.environ.get("TRAINMEM_MODELS_JSON", "/work/shared/reference/models.json"))
+if not MODELS_JSON.exists():
+    MODELS_JSON = REPO / "shared" / "reference" / "models.json"
+
+warnings.filterwarnings("ignore")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+LORA_ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
+LOW_PRECISION = {"bf16": torch.bfloat16, "fp32": torch.float32, "bf16-mixed": torch.float32}
+
+
+@dataclasses.dataclass
+class Plan:
+    method: str = "full"  # full | lora | qlora
+    precision: str = "bf16"  # fp32 | bf16 | bf16-mixed
+    optimizer: str = "adamw"  # adamw (fused) | adamw-foreach | sgd
+    seq_len: int = 512
+    batch: int = 1
+    grad_ckpt: bool = False
+    attn: str = "sdpa"
+    lora_rank: int | None = None
+    lora_alpha: int | None = None
+    lora_targets: str | None = None  # all-linear | attention
+    lora_dropout: float | None = None
+    kbit_prep: bool | None = None
+
+    def key(self) -> str:
+        parts = [
+            self.method,
+            self.precision,
+            self.optimizer,
+            f"s{self.seq_len}",
+            f"b{self.batch}",
+            "gc" if self.grad_ckpt else "nogc",
+            self.attn,
+        ]
+        if self.method in ("lora", "qlora"):
+            parts += [
+                f"r{self.lora_rank}",
+                f"a{self.lora_alpha}",
+                str(self.lora_targets),
+                f"d{self.lora_dropout}",
+            ]
+        if self.method == "qlora":
+            parts.append("kbit" if self.kbit_prep else "nokbit")
+        return "/".join(parts)
+
+
+def lora(
+    precision: str = "bf16",
+    rank: int = 16,
+    targets: str = "all-linear",
+    dropout: float = 0.0,
+    **kw: Any,
+) -> Plan:
+    return Plan(
+        method="lora",
+        precision=precision,
+        lora_rank=rank,
+        lora_alpha=2 * rank,
+        lora_targets=targets,
+        lora_dropout=dropout,
+        **kw,
+    )
+
+
+def qlora(kbit_prep: bool, rank: int = 16, targets: str = "all-linear", **kw: Any) -> Plan:
+    return Plan(
+        method="qlora",
+        precision="bf16",
+        lora_rank=rank,
+        lora_alpha=2 * rank,
+        lora_targets=targets,
+        lora_dropout=0.0,
+        kbit_prep=kbit_prep,
+        **kw,
+    )
+
+
+# --------------------------------------------------------------------------- models
+def load_models() -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in json.loads(MODELS_JSON.read_text())}
+
+
+def config_dict(entry: dict[str, Any]) -> dict[str, Any]:
+    """The exact kwargs handed to AutoConfig.for_model (model_type first)."""
+    arch = entry["architecture"]
+    if "text_config:" in arch:  # "gemma3 (text_config: gemma3_text)": build the text model
+        arch = arch.split("text_config:")[1].strip(" )")
+    cfg: dict[str, Any] = {"model_type": arch}
+    for k in (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "intermediate_size",
+        "vocab_size",
+        "tie_word_embeddings",
+        "max_position_embeddings",
+        "head_dim",
+    ):
+        if entry.get(k) is not None:
+            cfg[k] = entry[k]
+    for k, v in (entry.get("config_extra") or {}).items():
+        if v is not None:
+            cfg[k] = v
+    return cfg
+
+
+def build_config(cfg: dict[str, Any]) -> Any:
+    from transformers import AutoConfig
+
+    kw = dict(cfg)
+    return AutoConfig.for_model(kw.pop("model_type"), **kw)
+
+
+def _from_config(config: Any, dtype: torch.dtype, attn: str) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=dtype)
+
+
+def _qlora_base(config: Any, attn: str, device: str) -> torch.nn.Module:
+    """QLoRA needs from_pretrained (quantisation happens at load): save random bf16
+    weights to a temp dir and load them back through BitsAndBytesConfig."""
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    d = tempfile.mkdtemp(prefix="measure-qlora-")
+    try:
+        _from_config(config, torch.bfloat16, attn).save_pretrained(d)
+        bnb = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16,
+        )
+        return AutoModelForCausalLM.from_pretrained(
+            d,
+            quantization_config=bnb,
+            dtype=torch.bfloat16,
+            attn_implementation=attn,
+            device_map=device,
+        )
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _enable_gc(model: torch.nn.Module) -> None:
+    """What Trainer does for activation_checkpointing=True with default kwargs: it calls
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs=None, ...)
+    (older transformers: gradient_checkpointing_enable(gradient_checkpointing_kwargs=None)),
+    whose default is {"use_reentrant": False}.  It also calls enable_input_require_grads()."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable()
+    else:
+        model.gradient_checkpointing_enable()
+
+
+def build(entry: dict[str, Any], plan: Plan, device: str) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Model ready for training per the plan; returns (model, info)."""
+    config = build_config(config_dict(entry))
+    info: dict[str, Any] = {}
+    if plan.method == "qlora":
+        from peft import prepare_model_for_kbit_training
+
+        model = _qlora_base(config, plan.attn, device)
+        if plan.kbit_prep:
+            # casts every non-4bit parameter (embeddings, norms, lm_head) to fp32 and,
+            # with use_gradient_checkpointing, enables GC (use_reentrant=True unless told otherwise)
+            model = prepare_model_for_kbit_training(
+                model, use_gradient_checkpointing=plan.grad_ckpt
+            )
+    else:
+        dtype = (
+            torch.bfloat16 if (plan.method == "lora" or plan.precision == "bf16") else torch.float32
+        )
+        model = _from_config(config, dtype, plan.attn)
+        if torch.device(device).type != "cpu":
+            model = model.to(device)
+        if plan.method == "full":
+            for p in model.parameters():
+                p.requires_grad_(True)
+        else:
+            for p in model.parameters():
+                p.requires_grad_(False)
+    if plan.method in ("lora", "qlora"):
+        from peft import LoraConfig, get_peft_model
+
+        targets: Any = "all-linear" if plan.lora_targets == "all-linear" else LORA_ATTENTION
+        lc = LoraConfig(
+            r=plan.lora_rank,
+            lora_alpha=plan.lora_alpha,
+            lora_dropout=plan.lora_dropout,
+            target_modules=targets,
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, lc)
+        info["adapter_dtype"] = next(
+            str(p.dtype).replace("torch.", "") for n, p in model.named_parameters() if "lora_" in n
+        )
+    # Trainer order: PEFT wrapping happens before Trainer, which then enables checkpointing
+    if plan.grad_ckpt and not (plan.method == "qlora" and plan.kbit_prep):
+        _enable_gc(model)
+    if plan.grad_ckpt and plan.method == "qlora" and plan.kbit_prep:
+        info["gc_via"] = "prepare_model_for_kbit_training"
+    return model, info
+
+
+@contextlib.contextmanager
+def _fake_safe_module_apply() -> Any:
+    """Under FakeTensorMode, nn.Module._apply (``.to(...)``) insists on swap_tensors for fake
+    parameters, which fails ("has weakref associated with it") - PEFT moves/casts each new
+    adapter that way.  While building a fake model, replace the Parameter object instead
+    (identity of these brand-new adapter weights does not matter; the optimizer is made later)."""
+    orig = torch.nn.Module._apply
+
+    def _apply(self: torch.nn.Module, fn: Any, recurse: bool = True) -> torch.nn.Module:
+        if recurse:
+            for m in self.children():
+                m._apply(fn)
+        for k, p in list(self._parameters.items()):
+            if p is None:
+                continue
+            with torch.no_grad():
+                new = fn(p)
+            if new is not p:
+                self._parameters[k] = torch.nn.Parameter(new, requires_grad=p.requires_grad)
+        for k, b in list(self._buffers.items()):
+            if b is not None:
+                self._buffers[k] = fn(b)
+        return self
+
+    torch.nn.Module._apply = _apply  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.nn.Module._apply = orig  # type: ignore[method-assign]
+
+
+def make_optimizer(model: torch.nn.Module, plan: Plan) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if plan.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=1e-5, weight_decay=0.0, fused=True)
+    if plan.optimizer == "adamw-foreach":
+        return torch.optim.AdamW(params, lr=1e-5, weight_decay=0.0, fused=False, foreach=True)
+    if plan.optimizer == "sgd":  # Trainer optim="sgd": torch.optim.SGD(lr) - no momentum, no state
+        return torch.optim.SGD(params, lr=1e-5)
+    raise ValueError(plan.optimizer)
+
+
+def forward_loss(
+    model: torch.nn.Module, ids: torch.Tensor, plan: Plan, device_type: str
+) -> torch.Tensor:
+    """Trainer.compute_loss: outputs = model(**inputs); return outputs["loss"] - the output
+    object (logits) dies here.  bf16-mixed emulates accelerate's prepare_model: forward wrapped
+    in torch.autocast(bf16), then convert_outputs_to_fp32 (an fp32 copy of the bf16 logits)."""
+    if plan.precision == "bf16-mixed":
+        with torch.autocast(device_type=device_type, dtype=torch.bfloat16):
+            out = model(input_ids=ids, labels=ids)
+        try:
+            from accelerate.utils import convert_to_fp32
+        except ImportError:  # pragma: no cover
+
+            def convert_to_fp32(o: Any) -> Any:
+                for k, v in o.items():
+                    if isinstance(v, torch.Tensor) and v.dtype in (torch.float16, torch.bfloat16):
+                        o[k] = v.float()
+                return o
+
+        out = convert_to_fp32(out)
+    else:
+        out = model(input_ids=ids, labels=ids)
+    return out["loss"]
+
+
+def train_step(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    ids: torch.Tensor,
+    plan: Plan,
+    device_type: str,
+    tr: StorageTracker | None = None,
+) -> torch.Tensor:
+    ph = tr.phase if tr is not None else (lambda _n: contextlib.nullcontext())
+    model.train()
+    with ph("forward"):
+        loss = forward_loss(model, ids, plan, device_type)
+    with ph("backward"):
+        loss.backward()
+    with ph("optimizer"):
+        opt.step()
+    with ph("zero_grad"):
+        opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def count_params(model: torch.nn.Module) -> tuple[int, int, int]:
+    """(params_bytes, trainable_params, total_params); 4-bit weights count by logical size."""
+    nbytes = trainable = total = 0
+    for p in model.parameters():
+        nbytes += p.numel() * p.element_size()
+        qs = getattr(p, "quant_state", None)
+        n = (
+            int(torch.Size(qs.shape).numel())
+            if qs is not None and getattr(qs, "shape", None) is not None
+            else p.numel()
+        )
+        total += n
+        if p.requires_grad:
+            trainable += n
+    return nbytes, trainable, total
+
+
+# --------------------------------------------------------------------------- one case
+def run_case(
+    entry: dict[str, Any],
+    plan: Plan,
+    execution: str = "real",
+    device: str = "cpu",
+    detail: bool = False,
+    top: int = 0,
+) -> dict[str, Any]:
+    rec: dict[str, Any] = {
+        "id": f"{entry['name']}/{plan.key()}/{execution}",
+        "model": {"name": entry["name"], "hf_id": entry.get("hf_id"), "config": config_dict(entry)},
+        "plan": dataclasses.asdict(plan),
+    }
+    t0 = time.perf_counter()
+    torch.manual_seed(0)
+    fake_ctx: Any = contextlib.nullcontext()
+    if execution == "fake":
+        if plan.method == "qlora":
+            raise ValueError("qlora needs from_pretrained: real execution only")
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        fake_ctx = FakeTensorMode()
+    try:
+        with fake_ctx:
+            with _fake_safe_module_apply() if execution == "fake" else contextlib.nullcontext():
+                model, info = build(entry, plan, device)
+            opt = make_optimizer(model, plan)
+            vocab = int(entry["vocab_size"])
+            ids = torch.randint(0, vocab, (plan.batch, plan.seq_len), device=device)
+            device_type = torch.device(device).type
+            train_step(
+                model, opt, ids, plan, device_type
+            )  # warm-up: optimizer states exist afterwards
+            gc.collect()
+            cuda_stats = None
+            if device_type == "cuda":
+                from cuda_stats import CudaPeak
+
+                cuda_stats = CudaPeak()
+            tr = StorageTracker(detail=detail or top > 0)
+            tr.register_model_and_optimizer(model, opt, extra=[ids])
+            with contextlib.ExitStack() as stack:
+                if cuda_stats is not None:
+                    stack.enter_context(cuda_stats)
+                with tr:
+                    loss = train_step(model, opt, ids, plan, device_type, tr)
+            s = tr.summary()
+            pbytes, trainable, total = count_params(model)
+            meas: dict[str, Any] = {
+                "peak_allocated_bytes": s["peak_bytes"],
+                "peak_phase": s["peak_phase"],
+                "by_category_at_peak": s["by_category_at_peak"],
+                "params_bytes": pbytes,
+                "trainable_params": trainable,
+                "total_params": total,
+                "adapter_dtype": info.get("adapter_dtype"),
+                "execution": execution,
+                "peak_op": s["peak_op"],
+                "start_bytes": s["start_bytes"],
+                "phase_peaks": s["phase_peaks"],
+                "phase_end_bytes": s["phase_end_bytes"],
+                "unregistered_input_bytes": s["unregistered_input_bytes"],
+                "ops": s["ops"],
+            }
+            if execution == "real":
+                meas["loss"] = float(loss)
+            if info.get("gc_via"):
+                meas["gc_via"] = info["gc_via"]
+            if top:
+                meas["top_at_peak"] = tr.top_at_peak(top)
+            if cuda_stats is not None:
+                meas["cuda"] = cuda_stats.result()
+            rec["measured"] = meas
+            del model, opt, ids, loss, tr
+    except Exception as e:  # record honestly and move on
+        rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+        rec["traceback_tail"] = traceback.format_exc()[-1500:]
+    gc.collect()
+    rec["seconds"] = round(time.perf_counter() - t0, 3)
+    return rec
+
+
+# --------------------------------------------------------------------------- subsets
+# (model name, plan, execution, detail-top-N)
+Case = tuple[str, Plan, str, int]
+
+
+def _full_recipes(seq: int, batch: int, gcs: tuple[bool, ...] = (False, True)) -> list[Plan]:
+    out = []
+    for g in gcs:
+        for prec in ("fp32", "bf16", "bf16-mixed"):
+            out.append(Plan("full", prec, "adamw", seq, batch, g))
+        out.append(lora("bf16", 16, "all-linear", seq_len=seq, batch=batch, grad_ckpt=g))
+    return out
+
+
+def fake_vs_real_cases(quick: bool) -> list[Case]:
+    """Small enough to run for real on 2 CPU cores; each runs twice (real and fake)."""
+    s = "SmolLM2-135M"
+    plans = [
+        Plan("full", "fp32", "adamw", 128, 1),
+        Plan("full", "bf16", "adamw", 128, 2),
+        Plan("full", "bf16-mixed", "adamw", 128, 1, grad_ckpt=True),
+        lora("bf16", 16, "all-linear", seq_len=128, batch=2),
+    ]
+    if not quick:
+        plans += [
+            Plan("full", "bf16", "adamw", 256, 1, grad_ckpt=True),
+            Plan("full", "bf16-mixed", "adamw", 256, 1),
+            Plan("full", "fp32", "adamw-foreach", 128, 1),
+            Plan("full", "bf16", "sgd", 128, 1),
+            Plan("full", "bf16", "adamw", 128, 1, attn="eager"),
+            lora("bf16", 16, "all-linear", seq_len=256, batch=1, grad_ckpt=True),
+            lora("bf16-mixed", 8, "attention", seq_len=128, batch=1),
+            lora("bf16", 64, "all-linear", 0.05, seq_len=128, batch=1),
+        ]
+    cases: list[Case] = [(s, p, "real", 0) for p in plans]
+    if not quick:
+        cases += [
+            ("Qwen2.5-0.5B", Plan("full", "bf16", "adamw", 128, 1), "real", 0),
+            (
+                "Qwen2.5-0.5B",
+                lora("bf16", 16, "all-linear", seq_len=128, batch=1, grad_ckpt=True),
+                "real",
+                0,
+            ),
+            ("Qwen3-0.6B", Plan("full", "bf16-mixed", "adamw", 64, 1), "real", 0),
+        ]
+    return cases
+
+
+def qlora_cases(quick: bool) -> list[Case]:
+    out: list[Case] = [
+        ("SmolLM2-135M", qlora(kb, seq_len=128, batch=1, grad_ckpt=kb), "real", 0)
+        for kb in (False, True)
+    ]
+    if not quick:
+        out += [
+            ("SmolLM2-135M", qlora(True, seq_len=256, batch=2, grad_ckpt=False), "real", 0),
+            (
+                "SmolLM2-135M",
+                qlora(False, 64, "attention", seq_len=256, batch=1, grad_ckpt=True),
+                "real",
+                0,
+            ),
+            ("Qwen2.5-0.5B", qlora(True, seq_len=128, batch=1, grad_ckpt=True), "real", 0),
+            ("Qwen2.5-0.5B", qlora(False, seq_len=128, batch=1, grad_ckpt=False), "real", 0),
+        ]
+    return out
+
+
+def analysis_cases() -> list[Case]:
+    """The reference breakdown: Qwen2.5-0.5B, seq 512, batch 2, sdpa, no checkpointing."""
+    m = "Qwen2.5-0.5B"
+    return [
+        (m, Plan("full", p, "adamw", 512, 2), "fake", 25) for p in ("bf16", "fp32", "bf16-mixed")
+    ] + [
+        (m, lora("bf16", 16, "all-linear", seq_len=512, batch=2), "fake", 25),
+        (m, lora("bf16-mixed", 16, "all-linear", seq_len=512, batch=2), "fake", 25),
+        (m, Plan("full", "bf16", "adamw", 512, 2, grad_ckpt=True), "fake", 25),
+        (m, Plan("full", "bf16", "adamw", 512, 2, attn="eager"), "fake", 25),
+    ]
+
+
+def fake_grid(quick: bool) -> list[Case]:
+    cases: list[Case] = []
+    if quick:
+        for m in ("Qwen2.5-0.5B", "Llama-3.2-1B", "Llama-2-7b"):
+            cases += [(m, p, "fake", 0) for p in _full_recipes(512, 2, gcs=(False,))]
+        return cases
+    small = [
+        "SmolLM2-135M",
+        "Qwen2.5-0.5B",
+        "Qwen3-0.6B",
+        "Llama-3.2-1B",
+        "gemma-2-2b",
+        "Phi-3-mini-4k",
+    ]
+    big = ["Llama-2-7b", "Mistral-7B-v0.3", "Qwen2.5-7B", "Llama-3.1-8B"]
+    for m in small + big:
+        attn = "eager" if m.startswith("gemma-2") else "sdpa"  # gemma-2 softcapping: sdpa refuses
+        for seq, batch in ((512, 2), (2048, 1)):
+            for p in _full_recipes(seq, batch):
+                p.attn = attn
+                cases.append((m, p, "fake", 0))
+        # LoRA variants, optimizers, attention, shapes
+        for p in (
+            lora("bf16", 8, "attention", seq_len=1024, batch=2),
+            lora("bf16", 64, "attention", seq_len=1024, batch=2, grad_ckpt=True),
+            lora("bf16", 64, "all-linear", seq_len=1024, batch=2),
+            lora("bf16", 16, "all-linear", 0.05, seq_len=1024, batch=2),
+            lora("bf16-mixed", 16, "all-linear", seq_len=1024, batch=2),
+            lora("bf16-mixed", 16, "all-linear", seq_len=1024, batch=2, grad_ckpt=True),
+            Plan("full", "bf16", "adamw-foreach", 1024, 2),
+            Plan("full", "fp32", "adamw-foreach", 1024, 2),
+            Plan("full", "bf16", "sgd", 1024, 2),
+            Plan("full", "bf16", "adamw", 256, 8),
+            Plan("full", "bf16", "adamw", 4096, 1, grad_ckpt=True),
+            lora("bf16", 16, "all-linear", seq_len=4096, batch=1, grad_ckpt=True),
+            lora("bf16", 16, "all-linear", seq_len=256, batch=8),
+        ):
+            p.attn = attn
+            cases.append((m, p, "fake", 0))
+        if m in ("Qwen2.5-0.5B", "Llama-3.2-1B", "Llama-2-7b", "Phi-3-mini-4k"):
+            for p in (
+                Plan("full", "bf16", "adamw", 1024, 2, attn="eager"),
+                Plan("full", "bf16-mixed", "adamw", 1024, 2, attn="eager", grad_ckpt=True),
+                lora("bf16", 16, "all-linear", seq_len=1024, batch=2, attn="eager"),
+            ):
+                cases.append((m, p, "fake", 0))
+        if m in ("gemma-2-2b",):
+            cases.append(
+                (m, Plan("full", "bf16", "adamw", 512, 2, attn="sdpa"), "fake", 0)
+            )  # expected to fail
+    return cases
+
+
+def cases_for(subset: str) -> list[Case]:
+    if subset == "quick":
+        return fake_vs_real_cases(True) + qlora_cases(True) + analysis_cases()[:1] + fake_grid(True)
+    if subset == "full":
+        return fake_vs_real_cases(False) + qlora_cases(False) + analysis_cases() + fake_grid(False)
+    if subset == "gpu":
+        from cuda_stats import gpu_cases
+
+        return gpu_cases(Plan, lora, qlora)
+    raise ValueError(subset)
+
+
+# --------------------------------------------------------------------------- output
+def versions() -> dict[str, Any]:
+    out: dict[str, Any] = {"torch": torch.__version__}
+    for mod in ("transformers", "peft", "bitsandbytes", "accelerate"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception as e:
+            out[mod] = f"unavailable ({type(e).__name__})"
+    return out
+
+
+def machine(device: str) -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    m: dict[str, Any] = {
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "device": device,
+    }
+    if device.startswith("cuda"):
+        from cuda_stats import device_info
+
+        m.update(device_info())
+    return m
+
+
+def fake_vs_real(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_id: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if "measured" in r:
+            by_id[r["id"]] = r
+    rows = []
+    for rid, r in by_id.items():
+        if not rid.endswith("/real"):
+            continue
+        f = by_id.get(rid[: -len("/real")] + "/fake")
+        if f is None:
+            continue
+        a, b = r["measured"], f["measured"]
+        rows.append(
+            {
+                "case": rid[: -len("/real")],
+                "real_peak": a["peak_allocated_bytes"],
+                "fake_peak": b["peak_allocated_bytes"],
+                "equal": a["peak_allocated_bytes"] == b["peak_allocated_bytes"],
+                "rel_diff": (b["peak_allocated_bytes"] - a["peak_allocated_bytes"])
+                / a["peak_allocated_bytes"],
+                "phase_real": a["peak_phase"],
+                "phase_fake": b["peak_phase"],
+                "categories_equal": a["by_category_at_peak"] == b["by_category_at_peak"],
+                "phase_peaks_equal": a["phase_peaks"] == b["phase_peaks"],
+                "real_seconds": r["seconds"],
+                "fake_seconds": f["seconds"],
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--subset", choices=["quick", "full", "gpu"], default="quick")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    ap.add_argument("--only", default=None, help="run only cases whose id contains this substring")
+    args = ap.parse_args(argv)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except Exception:
+        pass
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(
+        args.out
+        or (
+            REPO / "bench" / "results" / f"measure-{'cuda' if args.device != 'cpu' else 'cpu'}.json"
+        )
+    )
+    models = load_models()
+    cases = cases_for(args.subset)
+    records: list[dict[str, Any]] = []
+    t_all = time.perf_counter()
+    context_bytes = None
+    if args.device.startswith("cuda"):
+        from cuda_stats import cuda_context_bytes
+
+        context_bytes = cuda_context_bytes()
+    for name, plan, execution, top in cases:
+        todo = [execution]
+        if args.device == "cpu" and execution == "real" and plan.method != "qlora":
+            todo.append(
+                "fake"
+            )  # every real case is repeated with fake tensors: the agreement check
+        for ex in todo:
+            rid = f"{name}/{plan.key()}/{ex}"
+            if args.only and args.only not in rid:
+                continue
+            rec = run_case(models[name], dataclasses.replace(plan), ex, args.device, top=top)
+            records.append(rec)
+            m = rec.get("measured")
+            msg = (
+                f"{m['peak_allocated_bytes'] / 2**30:8.3f} GiB  {m['peak_phase']:9s}"
+                if m
+                else f"ERROR {rec['error'][:90]}"
+            )
+            print(
+                f"[{time.perf_counter() - t_all:7.1f}s] {rec['seconds']:7.2f}s  {msg}  {rid}",
+                flush=True,
+            )
+    cmd = "python bench/measure/harness.py " + " ".join(
+        a for a in (argv if argv is not None else sys.argv[1:])
+    )
+    doc: dict[str, Any] = {
+        "machine": machine(args.device),
+        "versions": versions(),
+        "command": cmd,
+        "models_json": str(MODELS_JSON),
+        "notes": NOTES,
+        "total_seconds": round(time.perf_counter() - t_all, 1),
+        "checks": {"fake_vs_real": fake_vs_real(records)},
+        "records": records,
+    }
+    if context_bytes is not None:
+        doc["cuda_context"] = context_bytes
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    fv = doc["checks"]["fake_vs_real"]
+    print(
+        f"wrote {out}: {len(records)} records, {sum('error' in r for r in records)} errors, "
+        f"fake==real {sum(r['equal'] for r in fv)}/{len(fv)}, {doc['total_seconds']} s"
+    )
+    return 0
+
+
+NOTES = {
+    "peak_allocated_bytes": (
+        "peak of live tensor storages during the measured step (tracker.py); excludes allocator "
+        "caching/fragmentation, kernel-internal scratch and the CUDA context"
+    ),
+    "by_category_at_peak": (
+        "parameters = weights + buffers (+ bnb quant state); gradients = storages that are .grad "
+        "at that moment (a grad just computed but not yet accumulated counts as other); "
+        "optimizer = optimizer.state tensors; other = activations and temporaries"
+    ),
+    "precision": (
+        "fp32: fp32 weights; bf16: weights (for LoRA the frozen base) in bf16, no autocast; "
+        "bf16-mixed: torch.autocast(bf16) around forward+loss, then accelerate's convert_to_fp32 "
+        "on the outputs, as Trainer(bf16=True) does (full: fp32 weights; lora: bf16 base)"
+    ),
+    "optimizer": (
+        "adamw = torch.optim.AdamW(fused=True); adamw-foreach = AdamW(fused=False, foreach=True); "
+        "sgd = torch.optim.SGD(lr) (no momentum, no state); all over trainable params only"
+    ),
+    "grad_ckpt": (
+        "model.activation_checkpointing_enable() with the installed transformers' defaults "
+        "(use_reentrant=False), after PEFT wrapping, as Trainer does; qlora+kbit_prep: "
+        "prepare_model_for_kbit_training(use_gradient_checkpointing=grad_ckpt) enables it"
+    ),
+    "qlora": (
+        "random bf16 weights saved and reloaded with BitsAndBytesConfig(nf4, double quant, "
+        "bf16 compute); real execution only"
+    ),
+    "fake": "FakeTensorMode: same python/aten code path, shapes only; see checks.fake_vs_real",
+}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
