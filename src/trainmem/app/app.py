@@ -1,0 +1,285 @@
+"""The dashboard app. ``make_app`` builds it; tests, screenshots and the bench inject a
+deterministic sampler through ``sampler_factory`` (see ``trainmem.app.fixture``)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.reactive import reactive
+from textual.screen import Screen
+
+from trainmem.app.messages import DevicesSampled, PlansLoaded
+from trainmem.app.planning import SpecCache
+from trainmem.app.screens.compare import CompareScreen
+from trainmem.app.screens.help import HelpScreen
+from trainmem.app.screens.monitor import MonitorScreen
+from trainmem.app.screens.plan import PlanScreen
+from trainmem.app.screens.prompt import PromptScreen
+from trainmem.app.workspace import Workspace
+from trainmem.core import catalog
+from trainmem.devices.sampler import HistoryPoint, SnapshotCallback
+from trainmem.devices.snapshot import Snapshot
+from trainmem.plans_store import (
+    PlanSet,
+    PlansFileError,
+    default_plans_path,
+    load_plans,
+    save_plans,
+    session_path,
+)
+from trainmem.report import Report
+
+
+class SamplerLike(Protocol):
+    """What the app needs of ``trainmem.devices.Sampler`` (the fixture's ReplaySampler too)."""
+
+    def start(self) -> None: ...
+    def stop(self, timeout: float | None = ...) -> None: ...
+    def history(self, device_id: str) -> list[HistoryPoint]: ...
+
+
+SamplerFactory = Callable[[SnapshotCallback, float], SamplerLike]
+
+
+def real_sampler(callback: SnapshotCallback, interval: float) -> SamplerLike:
+    from trainmem.devices.sampler import Sampler
+
+    return Sampler(callback, interval=interval)
+
+
+class TrainmemApp(App[None]):
+    TITLE = "trainmem"
+    CSS_PATH = "app.tcss"
+    MODES: ClassVar[dict[str, Any]] = {
+        "plan": PlanScreen,
+        "compare": CompareScreen,
+        "monitor": MonitorScreen,
+    }
+    DEFAULT_MODE = "plan"
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [
+        (0, "-narrow"),
+        (110, "-wide"),
+    ]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("f1", "help", "Help", tooltip="List every key"),
+        Binding("f2", "switch_mode('plan')", "Plan", tooltip="The plan form and its estimate"),
+        Binding("f3", "switch_mode('compare')", "Compare", tooltip="Plans side by side"),
+        Binding("f4", "switch_mode('monitor')", "Monitor", tooltip="Running processes vs plan"),
+        Binding("ctrl+s", "save", "Save", tooltip="Save the plans to a TOML file"),
+        Binding("ctrl+o", "open", "Open", tooltip="Load plans from a TOML file"),
+        Binding("ctrl+q", "quit", "Quit", tooltip="Quit (the open plans are kept for next time)"),
+    ]
+
+    snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
+    report: reactive[Report | None] = reactive(None, always_update=True)
+    plans_version = reactive(0)
+    model_list_version = reactive(0)
+
+    def __init__(
+        self,
+        *,
+        plan_set: PlanSet | None = None,
+        plans_path: Path | None = None,
+        interval: float = 1.0,
+        sampler_factory: SamplerFactory = real_sampler,
+        startup_messages: Iterable[tuple[str, str]] = (),
+        broken_paths: Iterable[Path] = (),
+        scan_hf_cache: bool = True,
+        cursor_blink: bool = True,
+    ) -> None:
+        super().__init__()
+        self.cursor_blink = cursor_blink  # off for snapshots: a blinking cursor is a clock
+        self.workspace = Workspace(plan_set)
+        self.plans_path = plans_path or default_plans_path()
+        self.interval = interval
+        self.specs = SpecCache()
+        self._sampler_factory = sampler_factory
+        self.sampler: SamplerLike = _NoSampler()
+        self._startup_messages = list(startup_messages)
+        # Files that failed to load: never written over, so nothing in them is lost.
+        self.broken_paths = {p.resolve() for p in broken_paths}
+        self._cached_ids: list[str] = []
+        self._scan_hf_cache = scan_hf_cache
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self.sampler = self._sampler_factory(self._sampled, self.interval)
+        self.sampler.start()
+        for severity, text in self._startup_messages:
+            self.notify(text, severity=severity, timeout=8)  # type: ignore[arg-type]
+        if self._scan_hf_cache:
+            self._scan_cache()
+        try:  # a hung-up terminal: exit through the normal path so the session is saved
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGHUP, signal.SIGTERM):
+                loop.add_signal_handler(sig, self.exit)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread (tests) or no signals (Windows)
+
+    def on_unmount(self) -> None:
+        self.sampler.stop(timeout=1.0)
+
+    def _sampled(self, snapshot: Snapshot) -> None:
+        # On the sampler's thread: post_message is thread-safe, touching widgets is not.
+        self.post_message(DevicesSampled(snapshot))
+
+    def on_devices_sampled(self, message: DevicesSampled) -> None:
+        self.snapshot = message.snapshot
+
+    @work(thread=True, exclusive=True, group="hf-cache", exit_on_error=False)
+    def _scan_cache(self) -> None:
+        from trainmem.core.resolve import cached_model_ids
+
+        ids = cached_model_ids()
+        self.call_from_thread(self._set_cached_ids, ids)
+
+    def _set_cached_ids(self, ids: list[str]) -> None:
+        self._cached_ids = ids
+        self.model_list_version += 1
+
+    def model_names(self) -> list[str]:
+        known = catalog.names()
+        return known + [i for i in self._cached_ids if i not in known]
+
+    def device_names(self) -> list[str]:
+        from trainmem.devices.presets import list_presets
+
+        return ["auto", *(t.name for t in list_presets())]
+
+    def plans_changed(self) -> None:
+        self.plans_version += 1
+
+    def session_set(self) -> PlanSet:
+        return self.workspace.to_plan_set()
+
+    # -- saving and loading ------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_save(self) -> None:
+        self.push_screen(PromptScreen("Save plans to", str(self.plans_path)), self._save_to)
+
+    def _save_to(self, text: str | None) -> None:
+        if not text:
+            return
+        path = Path(text).expanduser()
+        if path.resolve() in self.broken_paths:
+            self.notify(
+                f"{path} could not be read when loaded, so it is not overwritten. "
+                "Fix it or save under another name.",
+                severity="error",
+                timeout=8,
+            )
+            return
+        self._write_plans(path, self.workspace.to_plan_set())
+
+    @work(thread=True, exclusive=True, group="plans-file", exit_on_error=False)
+    def _write_plans(self, path: Path, plan_set: PlanSet) -> None:
+        try:
+            save_plans(path, plan_set)
+        except PlansFileError as exc:
+            self.call_from_thread(self.notify, str(exc), severity="error", timeout=8)
+            return
+        self.plans_path = path
+        self.call_from_thread(
+            self.notify, f"Saved {len(plan_set.plans)} plans to {path}", timeout=4
+        )
+
+    def action_open(self) -> None:
+        self.push_screen(PromptScreen("Load plans from", str(self.plans_path)), self._open_from)
+
+    def _open_from(self, text: str | None) -> None:
+        if text:
+            self._read_plans(Path(text).expanduser())
+
+    @work(thread=True, exclusive=True, group="plans-file", exit_on_error=False)
+    def _read_plans(self, path: Path) -> None:
+        try:
+            plan_set = load_plans(path)
+        except PlansFileError as exc:
+            self.broken_paths.add(path.resolve())
+            self.call_from_thread(self.notify, str(exc), severity="error", timeout=10)
+            return
+        self.post_message(PlansLoaded(str(path), plan_set))
+
+    def on_plans_loaded(self, message: PlansLoaded) -> None:
+        path = Path(message.path)
+        self.broken_paths.discard(path.resolve())
+        self.workspace.replace_all(message.plan_set)
+        self.plans_path = path
+        self.plans_changed()
+        self.notify(f"Loaded {len(message.plan_set.plans)} plans from {path}", timeout=4)
+
+    def save_session(self) -> str | None:
+        """Keep the open plans for the next start; returns an error message or None."""
+        path = session_path()
+        if path.resolve() in self.broken_paths:
+            return f"{path} was unreadable at start; left as it was"
+        try:
+            save_plans(path, self.workspace.to_plan_set())
+        except PlansFileError as exc:
+            return str(exc)
+        return None
+
+    # -- command palette ---------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Every binding of the current screen and the app, so each action is in the palette."""
+        seen = set()
+        for active in screen.active_bindings.values():
+            binding = active.binding
+            if not binding.description or binding.action in seen or not active.enabled:
+                continue
+            seen.add(binding.action)
+            node = active.node
+            yield SystemCommand(
+                binding.description,
+                binding.tooltip or binding.description,
+                lambda node=node, action=binding.action: node.run_action(action),
+            )
+        for command in super().get_system_commands(screen):
+            if command.title not in ("Quit the application", "Keys"):
+                yield command
+
+
+class _NoSampler:
+    """Before mount: no samples, no history."""
+
+    def start(self) -> None: ...
+    def stop(self, timeout: float | None = None) -> None: ...
+    def history(self, device_id: str) -> list[HistoryPoint]:
+        return []
+
+
+def make_app(
+    *,
+    plan_set: PlanSet | None = None,
+    plans_path: Path | None = None,
+    interval: float = 1.0,
+    sampler_factory: SamplerFactory | None = None,
+    startup_messages: Iterable[tuple[str, str]] = (),
+    broken_paths: Iterable[Path] = (),
+    scan_hf_cache: bool = True,
+    cursor_blink: bool = True,
+) -> TrainmemApp:
+    """The dashboard. Without ``sampler_factory`` it samples this machine's real devices."""
+    return TrainmemApp(
+        plan_set=plan_set,
+        plans_path=plans_path,
+        interval=interval,
+        sampler_factory=sampler_factory or real_sampler,
+        startup_messages=startup_messages,
+        broken_paths=broken_paths,
+        scan_hf_cache=scan_hf_cache,
+        cursor_blink=cursor_blink,
+    )

@@ -1,0 +1,258 @@
+"""Compare: every open plan with its stacked bar on one common scale, totals and verdicts,
+and below, their components side by side."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from trainmem.app import planning
+from trainmem.app.export import Row, to_json, to_markdown
+from trainmem.app.screens.prompt import PromptScreen
+from trainmem.app.widgets.bars import stacked_bar, verdict_text
+from trainmem.app.widgets.breakdown import short_model
+from trainmem.app.widgets.devices import short_device_name
+from trainmem.core.errors import PlanError
+from trainmem.core.units import fmt_bytes
+from trainmem.plans_store import atomic_write
+
+if TYPE_CHECKING:
+    from trainmem.app.app import TrainmemApp
+
+FIXED_COLUMNS = 72  # every column but the bar: widths, cell padding, border, scrollbar
+
+
+class CompareScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "edit", "Edit", tooltip="Edit the highlighted plan in the plan view"),
+        Binding("a", "add", "Add", tooltip="Add a plan with the default settings"),
+        Binding("d", "duplicate", "Duplicate", tooltip="Duplicate the highlighted plan"),
+        Binding("r", "rename", "Rename", tooltip="Rename the highlighted plan"),
+        Binding("delete,x", "delete", "Delete", tooltip="Delete the highlighted plan"),
+        Binding("m", "export('md')", "Markdown", tooltip="Export the comparison as Markdown"),
+        Binding("j", "export('json')", "JSON", tooltip="Export the comparison as JSON"),
+    ]
+
+    app: TrainmemApp
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[Row] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="compare-scale", classes="hint")
+        yield DataTable(id="components-table", cursor_type="none", zebra_stripes=True)
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#compare-table").border_title = "Plans"
+        self.query_one("#components-table").border_title = "Components side by side"
+        self.watch(self.app, "plans_version", lambda _v: self.refresh_rows())
+
+    def on_screen_resume(self) -> None:
+        self.refresh_rows()
+
+    def on_resize(self) -> None:
+        self.refresh_rows()
+
+    # -- building the tables -----------------------------------------------------------------
+
+    def refresh_rows(self) -> None:
+        """Re-estimate every plan (about 1 ms each) and redraw both tables."""
+        rows, pending = [], []
+        for named in self.app.workspace.plans:
+            try:
+                spec = self.app.specs.get(named.plan.model, known_errors=True)
+            except PlanError as exc:
+                rows.append(Row(named.name, None, exc.message))
+                continue
+            if spec is None:
+                pending.append(named.plan.model)
+                rows.append(Row(named.name, None, "reading model config…"))
+                continue
+            try:
+                report = planning.evaluate(named.plan, spec, self.app.snapshot)
+            except ValueError as exc:  # PlanError is one too
+                rows.append(Row(named.name, None, str(exc)))
+                continue
+            rows.append(Row(named.name, report))
+        self.rows = rows
+        self._draw()
+        if pending:
+            self._resolve(pending)
+
+    @work(thread=True, exclusive=True, group="compare-models", exit_on_error=False)
+    def _resolve(self, models: list[str]) -> None:
+        for text in models:
+            with contextlib.suppress(PlanError):  # remembered by the cache; shown on redraw
+                self.app.specs.resolve(text)
+        self.app.call_from_thread(self.refresh_rows)
+
+    def _draw(self) -> None:
+        table = self.query_one("#compare-table", DataTable)
+        cursor = table.cursor_row
+        bar_width = max(10, self.size.width - FIXED_COLUMNS)
+        ok = [r.report for r in self.rows if r.report is not None]
+        scale = max((r.estimate.device_bytes for r in ok), default=1)
+        table.clear(columns=True)
+        table.add_column("#", width=2)
+        table.add_column("Plan", width=18)
+        table.add_column(f"Components (0 to {fmt_bytes(scale)})", width=bar_width)
+        table.add_column("Device", width=8)
+        table.add_column("Rule", width=8)
+        table.add_column("Verdict", width=18)
+        selected = self.app.workspace.selected
+        for i, row in enumerate(self.rows):
+            mark = "▶" if i == selected else str(i + 1)
+            if row.report is None:
+                table.add_row(mark, row.name, Text(row.error or "", style="italic"), "", "", "")
+                continue
+            est = row.report.estimate
+            verdict = Text("no device", style="dim")
+            if row.report.fit:
+                fit = row.report.fit[0]
+                verdict = verdict_text(fit.verdict)
+                sign = "+" if fit.headroom_bytes >= 0 else "−"
+                verdict.append(f" {sign}{abs(fit.headroom_bytes) / 1e9:.1f}")
+            table.add_row(
+                mark,
+                row.name,
+                stacked_bar(est.components, bar_width, scale),
+                Text(fmt_bytes(est.device_bytes), justify="right"),
+                Text(fmt_bytes(est.rule_of_thumb_bytes), justify="right"),
+                verdict,
+            )
+        if self.rows:
+            table.move_cursor(row=min(max(cursor, 0), len(self.rows) - 1))
+        first = ok[0] if ok else None
+        device = short_device_name(first.fit[0].device) if first and first.fit else "no device"
+        self.query_one("#compare-scale", Static).update(
+            f"Bars share one scale. Verdicts on {device}. "
+            "Rule: the guide's rule of thumb. ▶ marks the plan the form edits."
+        )
+        self._draw_components()
+
+    def _draw_components(self) -> None:
+        table = self.query_one("#components-table", DataTable)
+        table.clear(columns=True)
+        rows = [r for r in self.rows if r.report is not None]
+        table.add_column("", width=18)
+        for r in rows:
+            table.add_column(r.name[:14], width=14)
+        if not rows:
+            return
+        reports = [r.report for r in rows if r.report is not None]
+        lines: list[tuple[str, list[str]]] = [
+            ("model", [short_model(rep.estimate.plan.model)[:14] for rep in reports]),
+            ("method", [rep.estimate.plan.method for rep in reports]),
+            (
+                "seq × batch",
+                [f"{rep.estimate.plan.seq_len}×{rep.estimate.plan.batch}" for rep in reports],
+            ),
+        ]
+        for i, comp in enumerate(reports[0].estimate.components):
+            lines.append(
+                (comp.name, [fmt_bytes(rep.estimate.components[i].bytes) for rep in reports])
+            )
+        lines.append(
+            ("allocated peak", [fmt_bytes(rep.estimate.allocated_bytes) for rep in reports])
+        )
+        lines.append(("device peak", [fmt_bytes(rep.estimate.device_bytes) for rep in reports]))
+        lines.append(
+            ("rule of thumb", [fmt_bytes(rep.estimate.rule_of_thumb_bytes) for rep in reports])
+        )
+        for label, cells in lines:
+            table.add_row(label, *(Text(c, justify="right") for c in cells))
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def _index(self) -> int:
+        table = self.query_one("#compare-table", DataTable)
+        return min(max(table.cursor_row, 0), len(self.app.workspace.plans) - 1)
+
+    def action_edit(self) -> None:
+        self.app.workspace.select(self._index())
+        self.app.plans_changed()
+        self.app.switch_mode("plan")
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_edit()
+
+    def action_add(self) -> None:
+        self.app.workspace.add()
+        self.app.plans_changed()
+        self._focus_row(self.app.workspace.selected)
+
+    def action_duplicate(self) -> None:
+        self.app.workspace.duplicate(self._index())
+        self.app.plans_changed()
+        self._focus_row(self.app.workspace.selected)
+
+    def _focus_row(self, index: int) -> None:
+        self.query_one("#compare-table", DataTable).move_cursor(row=index)
+
+    def action_rename(self) -> None:
+        index = self._index()
+        current = self.app.workspace.plans[index].name
+
+        def done(name: str | None) -> None:
+            if name:
+                self.app.workspace.rename(index, name)
+                self.app.plans_changed()
+
+        self.app.push_screen(PromptScreen("Rename plan", current), done)
+
+    def action_delete(self) -> None:
+        index = self._index()
+        name = self.app.workspace.plans[index].name
+        if self.app.workspace.delete(index):
+            self.app.plans_changed()
+            self.notify(f"Deleted {name}", timeout=3)
+        else:
+            self.notify("The last plan cannot be deleted", severity="warning", timeout=3)
+
+    def action_export(self, kind: str) -> None:
+        default = Path.cwd() / f"trainmem-comparison.{kind}"
+        self.app.push_screen(
+            PromptScreen(
+                f"Export the comparison as {'Markdown' if kind == 'md' else 'JSON'} to",
+                str(default),
+            ),
+            lambda text: self._export(kind, Path(text).expanduser()) if text else None,
+        )
+
+    @work(thread=True, exclusive=True, group="export", exit_on_error=False)
+    def _export(self, kind: str, path: Path) -> None:
+        rows = self.rows
+        if kind == "json":  # the full plan --json object per plan, what-if and advice included
+            rows = [
+                Row(
+                    r.name,
+                    planning.solve(
+                        r.report.estimate.plan, r.report.estimate.model, self.app.snapshot
+                    ),
+                )
+                if r.report
+                else r
+                for r in rows
+            ]
+        text = to_json(rows) if kind == "json" else to_markdown(rows)
+        try:
+            atomic_write(path, text)
+        except OSError as exc:
+            self.app.call_from_thread(
+                self.notify, f"{path}: cannot write: {exc.strerror or exc}", severity="error"
+            )
+            return
+        self.app.call_from_thread(self.notify, f"Exported {len(rows)} plans to {path}", timeout=4)

@@ -1,0 +1,203 @@
+"""The main view: the plan form, the device panes and the estimate of the selected plan."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from trainmem.app import planning
+from trainmem.app.messages import ModelResolved, Solved
+from trainmem.app.targets import snapshot_targets
+from trainmem.app.widgets.breakdown import Breakdown, headline_text
+from trainmem.app.widgets.devices import DevicesPanel
+from trainmem.app.widgets.plan_form import PlanForm
+from trainmem.core.architecture import ModelSpec
+from trainmem.core.errors import PlanError
+from trainmem.core.plan import Plan
+from trainmem.devices.snapshot import Snapshot
+from trainmem.report import Report
+
+if TYPE_CHECKING:
+    from trainmem.app.app import TrainmemApp
+
+
+class PlanScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+n", "copy_plan", "Copy", tooltip="Add a copy of this plan and edit it"),
+        Binding("f5", "cycle_plan(-1)", "Prev", tooltip="Edit the previous plan"),
+        Binding("f6", "cycle_plan(1)", "Next", tooltip="Edit the next plan"),
+        Binding("ctrl+r", "reset_plan", "Reset", tooltip="Reset this plan to the defaults"),
+    ]
+
+    app: TrainmemApp
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shown_version = -1
+        self._report: Report | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="body"):
+            yield PlanForm(self.app.workspace.current.plan, id="form")
+            with VerticalScroll(id="right"):
+                yield Static(id="headline", markup=False)
+                yield DevicesPanel(id="devices")
+                yield Breakdown(id="breakdown")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#devices").border_title = "Devices"
+        self.query_one("#breakdown").border_title = "Estimate"
+        form = self.query_one(PlanForm)
+        form.model_suggester.words = self.app.model_names()
+        form.device_suggester.words = self.app.device_names()
+        self.watch(self.app, "snapshot", self._on_snapshot)
+        self.watch(self.app, "plans_version", self._on_plans_changed)
+        self.watch(self.app, "model_list_version", self._on_model_list)
+
+    @property
+    def report(self) -> Report | None:
+        """The estimate on screen: the last valid one."""
+        return self._report
+
+    # -- workspace ---------------------------------------------------------------------------
+
+    def _on_plans_changed(self, version: int) -> None:
+        if version == self._shown_version:
+            return
+        self._shown_version = version
+        ws = self.app.workspace
+        form = self.query_one(PlanForm)
+        form.load(ws.current.plan)
+        form.border_title = f"Plan {ws.selected + 1}/{len(ws.plans)}"
+        form.border_subtitle = ws.current.name
+        self.sub_title = ws.current.name
+        self.recalculate()
+
+    def _on_model_list(self, _version: int) -> None:
+        self.query_one(PlanForm).model_suggester.words = self.app.model_names()
+
+    def action_copy_plan(self) -> None:
+        ws = self.app.workspace
+        ws.duplicate(ws.selected)
+        self.app.plans_changed()
+        self.notify(f"Editing a copy: {ws.current.name}", timeout=3)
+
+    def action_cycle_plan(self, step: int) -> None:
+        ws = self.app.workspace
+        ws.select((ws.selected + step) % len(ws.plans))
+        self.app.plans_changed()
+
+    def action_reset_plan(self) -> None:
+        self.app.workspace.update_current(Plan())
+        self.app.plans_changed()
+
+    # -- recalculation -----------------------------------------------------------------------
+
+    @on(PlanForm.Edited)
+    def recalculate(self) -> None:
+        """Estimate what the form holds now; on any error keep the last estimate and say why."""
+        form = self.query_one(PlanForm)
+        values, errors = form.read()
+        if errors:
+            self._invalid(errors)
+            return
+        try:
+            plan = Plan(**values).validated()
+        except PlanError as exc:
+            self._invalid({exc.field: exc.message})
+            return
+        try:
+            spec = self.app.specs.get(plan.model)
+        except PlanError as exc:
+            self._invalid({"model": exc.message})
+            return
+        if spec is None:
+            self._resolve_model(plan.model)
+            self.query_one(Breakdown).border_subtitle = "reading model config…"
+            return
+        self._estimate(plan, spec)
+
+    def _estimate(self, plan: Plan, spec: ModelSpec) -> None:
+        form = self.query_one(PlanForm)
+        try:
+            report = planning.evaluate(plan, spec, self.app.snapshot)
+        except PlanError as exc:
+            self._invalid({exc.field: exc.message})
+            return
+        except ValueError as exc:  # the device parser's one-line message
+            self._invalid({"device": str(exc)})
+            return
+        form.show_errors({})
+        self.app.workspace.update_current(plan)
+        self._report = report
+        self.app.report = report
+        breakdown = self.query_one(Breakdown)
+        breakdown.set_stale(False)
+        breakdown.show(report)
+        self.query_one("#headline", Static).update(headline_text(report))
+        self._refresh_devices()
+        if report.fit:
+            self._solve(plan, spec, self.app.snapshot)
+
+    def _invalid(self, errors: dict[str, str]) -> None:
+        self.query_one(PlanForm).show_errors(errors)
+        self.query_one(Breakdown).set_stale(True)
+
+    @work(thread=True, exclusive=True, group="model", exit_on_error=False)
+    def _resolve_model(self, text: str) -> None:
+        try:
+            spec = self.app.specs.resolve(text)
+        except PlanError as exc:
+            self.post_message(ModelResolved(text, None, exc.message))
+        else:
+            self.post_message(ModelResolved(text, spec, None))
+
+    def on_model_resolved(self, message: ModelResolved) -> None:
+        values, _ = self.query_one(PlanForm).read()
+        if values.get("model") != message.text:
+            return  # typed on since; a newer lookup is on its way
+        if message.error is not None:
+            self.query_one(Breakdown).border_subtitle = ""
+            self._invalid({"model": message.error})
+        else:
+            self.recalculate()
+
+    @work(thread=True, exclusive=True, group="solve", exit_on_error=False)
+    def _solve(self, plan: Plan, spec: ModelSpec, snapshot: Snapshot | None) -> None:
+        self.post_message(Solved(plan, planning.solve(plan, spec, snapshot)))
+
+    def on_solved(self, message: Solved) -> None:
+        if self._report is not None and message.plan == self._report.estimate.plan:
+            self.query_one(Breakdown).show_solution(message.report)
+
+    # -- devices -----------------------------------------------------------------------------
+
+    def _on_snapshot(self, snapshot: Snapshot | None) -> None:
+        if snapshot is None:
+            return
+        report = self._report
+        auto = report is not None and report.estimate.plan.device.lower() == "auto"
+        if auto and [t.name for t in snapshot_targets(snapshot)] != [
+            t.name
+            for t in report.targets  # type: ignore[union-attr]
+        ]:
+            self.recalculate()  # the machine's devices changed (or arrived)
+        if self.is_current:
+            self._refresh_devices()
+
+    def on_screen_resume(self) -> None:
+        self._refresh_devices()
+
+    def _refresh_devices(self) -> None:
+        snapshot = self.app.snapshot
+        if snapshot is not None:
+            peak = self._report.estimate.device_bytes if self._report else None
+            self.query_one(DevicesPanel).show_snapshot(snapshot, self.app.sampler, peak)

@@ -1,0 +1,1 @@
+"""Widgets of the dashboard, one module per screen area."""

@@ -1,0 +1,195 @@
+"""The estimate: a stacked bar of components, the peaks, the fit per device, what-if, advice.
+
+The text builders are plain functions of a ``Report`` so the compare view and the Markdown
+export say things the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widget import Widget
+from textual.widgets import Static
+
+from trainmem.app.widgets.bars import legend, stacked_bar, verdict_text
+from trainmem.app.widgets.devices import short_device_name
+from trainmem.core.estimator import Estimate
+from trainmem.core.fit import FitResult
+from trainmem.core.units import fmt_bytes, fmt_count
+from trainmem.core.whatif import Advice
+from trainmem.report import Report
+
+
+def short_model(name: str) -> str:
+    return name.rstrip("/").rpartition("/")[2] or name
+
+
+def summary_text(est: Estimate) -> Text:
+    spec, plan = est.model, est.plan
+    params = spec.params
+    out = Text(no_wrap=False)
+    out.append(short_model(spec.name), style="bold")
+    out.append(f"  {fmt_count(params)} params · {fmt_count(est.trainable_params)} trainable")
+    if params:
+        out.append(f" ({100 * est.trainable_params / params:.2g}%)")
+    method = plan.method.upper() if plan.method != "full" else "full fine-tune"
+    if plan.trains_adapter:
+        method += f" r{plan.lora_rank} {plan.lora_targets}"
+    out.append(f"\n{method} · {plan.precision} · {plan.optimizer} · {plan.seq_len:,} tok × ")
+    out.append(f"{plan.batch} · ckpt {'on' if plan.grad_ckpt else 'off'}")
+    if plan.gpus > 1 or plan.zero:
+        out.append(f" · {plan.gpus} GPUs ZeRO-{plan.zero}")
+    return out
+
+
+def peaks_text(est: Estimate) -> Text:
+    judged_rule = est.plan.rule_of_thumb
+    out = Text()
+    out.append("Allocated peak ", style="dim")
+    out.append(fmt_bytes(est.allocated_bytes), style="bold")
+    out.append(f" at {est.peak_phase}\n", style="dim")
+    out.append("Device peak    ", style="dim")
+    out.append(fmt_bytes(est.device_bytes), style="bold")
+    out.append("  ◀ judged" if not judged_rule else "", style="dim")
+    out.append("\nRule of thumb  ", style="dim")
+    out.append(fmt_bytes(est.rule_of_thumb_bytes), style="bold")
+    out.append("  ◀ judged" if judged_rule else "  (the guide's figure)", style="dim")
+    return out
+
+
+def fit_line(fit: FitResult) -> Text:
+    out = Text(no_wrap=True, overflow="ellipsis")
+    out.append_text(verdict_text(fit.verdict))
+    out.append(" " * max(1, 10 - len(fit.verdict)))
+    if fit.verdict == "too big":
+        out.append(f"over by {fmt_bytes(-fit.headroom_bytes)}")
+    else:
+        pct = 100 * fit.headroom_bytes / fit.usable_bytes if fit.usable_bytes else 0
+        out.append(f"{fmt_bytes(fit.headroom_bytes)} headroom ({pct:.0f}%)")
+    out.append(f"  {short_device_name(fit.device)} ", style="bold")
+    out.append(f"({fmt_bytes(fit.usable_bytes)} usable)", style="dim")
+    return out
+
+
+def headline_text(report: Report) -> Text:
+    """One line for the top of a narrow screen: the judged figure and the first verdict."""
+    est = report.estimate
+    out = Text(no_wrap=True, overflow="ellipsis")
+    out.append("needs ", style="dim")
+    out.append(fmt_bytes(est.judged_bytes), style="bold")
+    if report.fit:
+        fit = report.fit[0]
+        out.append(" · ")
+        out.append_text(verdict_text(fit.verdict))
+        out.append(f" on {short_device_name(fit.device)}")
+    return out
+
+
+def fit_text(report: Report) -> Text:
+    if not report.fit:
+        return Text("Waiting for devices…", style="dim")
+    return Text("\n").join(fit_line(f) for f in report.fit)
+
+
+def whatif_text(answers: dict[str, Any]) -> Text:
+    out = Text()
+    out.append(f"On {short_device_name(answers.get('device', 'the device'))}: ", style="dim")
+    seq, batch = answers.get("max_seq_len"), answers.get("max_batch")
+    out.append("longest sequence ")
+    out.append(f"{seq:,} tokens" if seq else "none fits", style="bold")
+    out.append(" · largest batch ")
+    out.append(f"{batch}" if batch else "none fits", style="bold")
+    largest = answers.get("largest_catalogue_model") or {}
+    if largest:
+        out.append("\nlargest catalogue model: ", style="dim")
+        out.append(
+            " · ".join(f"{m} {short_model(name) if name else '—'}" for m, name in largest.items())
+        )
+    return out
+
+
+def advice_text(advice: tuple[Advice, ...], device: str) -> Group:
+    """Numbered remedies; a grid so wrapped lines stay indented under their number."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(ratio=1)
+    for i, a in enumerate(advice, 1):
+        line = Text(a.action)
+        line.append(f"  −{fmt_bytes(a.saves_bytes)}", style="bold")
+        line.append("  → fits" if a.fits_after else "  → still too big", style="dim")
+        if a.warning:
+            line.append(f"\n{a.warning}", style="dim italic")
+        grid.add_row(f"{i}.", line)
+    return Group(Text(f"To fit {short_device_name(device)}:", style="bold"), grid)
+
+
+class EstimateBar(Widget):
+    """The stacked bar and its legend, drawn to the widget's width."""
+
+    DEFAULT_CSS = "EstimateBar { height: auto; }"
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.estimate: Estimate | None = None
+
+    def show(self, est: Estimate) -> None:
+        self.estimate = est
+        self.refresh(layout=True)
+
+    def render(self) -> RenderableType:
+        if self.estimate is None:
+            return Text("")
+        width = max(10, self.size.width)
+        comps = self.estimate.components
+        return Group(stacked_bar(comps, width), legend(comps, width))
+
+
+class Breakdown(Vertical):
+    """Everything about the selected plan's estimate; holds the last valid one on errors."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="summary", markup=False)
+        yield EstimateBar(id="estimate-bar")
+        yield Static(id="peaks", markup=False)
+        yield Static(id="fit", markup=False)
+        yield Static(id="whatif", markup=False)
+        yield Static(id="advice", markup=False)
+        yield Static(id="notes", markup=False)
+
+    def show(self, report: Report) -> None:
+        est = report.estimate
+        self.query_one("#summary", Static).update(summary_text(est))
+        self.query_one(EstimateBar).show(est)
+        self.query_one("#peaks", Static).update(peaks_text(est))
+        self.query_one("#fit", Static).update(fit_text(report))
+        solving = bool(report.fit)
+        self.query_one("#whatif", Static).update(
+            Text("Working out what fits…", style="dim") if solving else ""
+        )
+        self.query_one("#whatif", Static).display = solving
+        self.query_one("#advice", Static).display = False
+        notes = self.query_one("#notes", Static)
+        notes.update(Text("\n".join(f"* {n}" for n in est.notes), style="dim"))
+        notes.display = bool(est.notes)
+
+    def show_solution(self, report: Report) -> None:
+        """The what-if answers and advice for the first device (computed off the UI thread)."""
+        whatif = self.query_one("#whatif", Static)
+        whatif.update(whatif_text(report.what_if))
+        whatif.display = True
+        advice = self.query_one("#advice", Static)
+        if report.advice and report.fit and report.fit[0].verdict != "fits":
+            advice.update(advice_text(report.advice, report.fit[0].device))
+            advice.display = True
+        else:
+            advice.display = False
+
+    def set_stale(self, stale: bool) -> None:
+        """Dim the figures while the form holds an invalid entry: they are the last valid ones."""
+        self.set_class(stale, "-stale")
+        self.border_subtitle = "last valid estimate — fix the highlighted field" if stale else ""

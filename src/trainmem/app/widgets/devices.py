@@ -1,0 +1,163 @@
+"""Device panes: one per GPU plus system or unified memory, redrawn on each sample.
+
+Each pane shows used/total as a bar with the selected plan's predicted device peak stacked
+after what is already in use (so "will it fit next to what is running" is one glance), the
+recent history as a sparkline and the processes holding the most memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+from textual.containers import Container
+from textual.widget import Widget
+
+from trainmem.app.widgets.bars import VERDICT_STYLE, sparkline, usage_bar
+from trainmem.core.fit import judge_fit
+from trainmem.core.units import fmt_bytes
+from trainmem.devices.sampler import HistoryPoint
+from trainmem.devices.snapshot import DeviceReading, ProcessReading, Snapshot
+
+
+class HistorySource(Protocol):
+    def history(self, device_id: str) -> list[HistoryPoint]: ...
+
+
+LOW_FREE_FRACTION = 0.05  # warn when under 5% of a device is free
+
+
+def low_free(d: DeviceReading) -> bool:
+    return bool(
+        d.total_bytes
+        and d.free_bytes is not None
+        and d.free_bytes < LOW_FREE_FRACTION * d.total_bytes
+    )
+
+
+def top_processes(d: DeviceReading, n: int) -> list[ProcessReading]:
+    return sorted(d.processes, key=lambda p: p.used_bytes or 0, reverse=True)[:n]
+
+
+def process_label(p: ProcessReading) -> str:
+    """The command line if the OS told us, else the name, else why not."""
+    return p.cmdline or p.name or (p.unavailable or "unknown")
+
+
+def short_device_name(name: str) -> str:
+    """``NVIDIA GeForce RTX 4090`` -> ``RTX 4090``: the vendor words carry no information."""
+    for vendor in ("NVIDIA ", "GeForce ", "Tesla "):
+        name = name.replace(vendor, "")
+    return name
+
+
+class DevicePane(Widget):
+    """One device. ``plan_bytes``: the plan's predicted device peak to mark on the bar."""
+
+    DEFAULT_CSS = "DevicePane { height: auto; }"
+
+    def __init__(self, reading: DeviceReading, *, max_processes: int = 3) -> None:
+        super().__init__(id=f"dev-{reading.id}", classes="device-pane")
+        self.reading = reading
+        self.history: Sequence[int | None] = ()
+        self.plan_bytes: int | None = None
+        self.max_processes = max_processes
+
+    def update_reading(
+        self, reading: DeviceReading, history: Sequence[int | None], plan_bytes: int | None
+    ) -> None:
+        self.reading, self.history, self.plan_bytes = reading, history, plan_bytes
+        self.set_class(low_free(reading), "-low")
+        self.refresh(layout=True)
+
+    def render(self) -> RenderableType:
+        d = self.reading
+        width = max(10, self.size.width)
+        head = Text(no_wrap=True, overflow="ellipsis")
+        head.append(f"{d.id} ", style="bold")
+        head.append(short_device_name(d.name))
+        if d.unavailable or d.total_bytes is None or d.used_bytes is None:
+            return Group(head, Text(f"unavailable: {d.unavailable or 'no memory reading'}"))
+        total, used = d.total_bytes, d.used_bytes
+        figures = f" {fmt_bytes(used)} / {fmt_bytes(total)} {100 * used / total:3.0f}%"
+        head.truncate(max(1, width - len(figures)), overflow="ellipsis", pad=True)
+        head.append(figures)
+        lines: list[RenderableType] = [head]
+        plan = self.plan_bytes
+        verdict = None
+        if plan is not None:
+            # Judged on what this device has left, the question a busy machine asks.
+            verdict = judge_fit(plan, d.id, total - used)
+        style = VERDICT_STYLE.get(verdict.verdict, "") if verdict else ""
+        lines.append(usage_bar(width, used, total, plan, style.replace("bold ", "")))
+        if verdict is not None and plan is not None:
+            line = Text(no_wrap=True, overflow="ellipsis")
+            line.append(f"plan ┃ {fmt_bytes(plan)} → ")
+            if verdict.verdict == "too big":
+                line.append(f"✗ {fmt_bytes(-verdict.headroom_bytes)} short", style=style)
+            else:
+                mark = "✓" if verdict.verdict == "fits" else "!"
+                line.append(f"{mark} {verdict.verdict}", style=style)
+                line.append(f" {fmt_bytes(verdict.headroom_bytes)} spare")
+            lines.append(line)
+        if low_free(d):
+            lines.append(
+                Text(
+                    f"⚠ LOW FREE MEMORY: {fmt_bytes(d.free_bytes or 0)} free", style="bold reverse"
+                )
+            )
+        if self.history:
+            spark = Text(no_wrap=True)
+            spark.append("hist ", style="dim")
+            spark.append_text(sparkline(self.history, width - 5, total))
+            lines.append(spark)
+        for p in top_processes(d, self.max_processes):
+            row = Text(no_wrap=True, overflow="ellipsis")
+            size = fmt_bytes(p.used_bytes) if p.used_bytes is not None else "?"
+            row.append(f"{p.pid:>7} ", style="dim")
+            label = process_label(p)
+            room = max(1, width - 8 - len(size) - 1)
+            row.append(label[:room].ljust(room))
+            row.append(f" {size}", style="bold")
+            lines.append(row)
+        if d.kind == "gpu" and not d.processes:
+            lines.append(Text("no processes", style="dim"))
+        return Group(*lines)
+
+
+HISTORY_POINTS = 240
+
+
+class DevicesPanel(Container):
+    """Holds a pane per device; panes are added or removed when the device list changes."""
+
+    def show_snapshot(
+        self, snapshot: Snapshot, sampler: HistorySource, plan_bytes: int | None
+    ) -> None:
+        """Draw ``snapshot`` with recent history; ``plan_bytes`` marks the GPUs (or, on a
+        machine without any, the memory the plan would run in)."""
+        history = {
+            d.id: [p.used_bytes for p in sampler.history(d.id)[-HISTORY_POINTS:]]
+            for d in snapshot.devices
+        }
+        marks: dict[str, int | None] = {}
+        if plan_bytes is not None:
+            accelerators = [d for d in snapshot.devices if d.kind in ("gpu", "unified")]
+            marks = {d.id: plan_bytes for d in accelerators or snapshot.devices}
+        self.show(snapshot.devices, history, marks)
+
+    def show(
+        self,
+        devices: Sequence[DeviceReading],
+        history: dict[str, list[int | None]],
+        plan_bytes: dict[str, int | None],
+    ) -> None:
+        panes = {p.reading.id: p for p in self.query(DevicePane)}
+        if [d.id for d in devices] != list(panes):
+            self.remove_children()
+            panes = {d.id: DevicePane(d) for d in devices}
+            self.mount_all(panes.values())
+        for d in devices:
+            panes[d.id].update_reading(d, history.get(d.id, ()), plan_bytes.get(d.id))

@@ -1,0 +1,196 @@
+"""The plan form: one compact row per plan field, with its error shown inline under it.
+
+The form only parses what was typed (a number is a number); the plan's own rules
+(``Plan.validated``), the model and the device are checked by the screen, which hands any
+``PlanError`` back through ``show_errors`` so the message lands next to the field it names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.suggester import Suggester
+from textual.widgets import Collapsible, Input, Label, Select, Static
+
+from trainmem.core.plan import ATTENTION, METHODS, OFFLOAD, OPTIMIZERS, PRECISIONS, Plan
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str  # the Plan field it edits
+    label: str
+    kind: str  # "text" | "int" | "select" | "bool"
+    choices: tuple[Any, ...] = ()
+    advanced: bool = False
+
+
+FIELDS = (
+    Field("model", "Model", "text"),
+    Field("method", "Method", "select", METHODS),
+    Field("seq_len", "Seq length", "int"),
+    Field("batch", "Batch", "int"),
+    Field("grad_ckpt", "Grad ckpt", "bool", (("on", True), ("off", False))),
+    Field("precision", "Precision", "select", PRECISIONS, advanced=True),
+    Field("optimizer", "Optimizer", "select", OPTIMIZERS, advanced=True),
+    Field("lora_rank", "LoRA rank", "int", advanced=True),
+    Field("lora_targets", "LoRA targets", "text", advanced=True),
+    Field("attn", "Attention", "select", ATTENTION, advanced=True),
+    Field("gpus", "GPUs", "int", advanced=True),
+    Field("zero", "ZeRO stage", "select", (0, 1, 2, 3), advanced=True),
+    Field("offload", "Offload", "select", OFFLOAD, advanced=True),
+    Field("device", "Device", "text", advanced=True),
+    Field(
+        "rule_of_thumb",
+        "Judge on",
+        "bool",
+        (("device peak", False), ("rule of thumb", True)),
+        advanced=True,
+    ),
+)
+FIELD_NAMES = tuple(f.name for f in FIELDS)
+
+
+class WordSuggester(Suggester):
+    """Completes from a list, matching the start of the whole entry or of its part after
+    ``/`` (so ``llama`` finds ``meta-llama/...`` and ``qwen2.5-7`` finds ``Qwen/Qwen2.5-7B``)."""
+
+    def __init__(self, words: Iterable[str]) -> None:
+        super().__init__(use_cache=False, case_sensitive=False)
+        self.words: list[str] = list(words)
+
+    async def get_suggestion(self, value: str) -> str | None:
+        if not value:
+            return None
+        for word in self.words:
+            low = word.lower()
+            if low.startswith(value):
+                return word
+            tail = low.rpartition("/")[2]
+            if tail.startswith(value) and "/" not in value:
+                # Input only shows a suggestion that extends what was typed.
+                return value + word[len(word) - len(tail) + len(value) :]
+        return None
+
+
+def parse_int(text: str) -> int:
+    """Whole numbers, allowing 4,096 and 4_096."""
+    cleaned = text.strip().replace(",", "").replace("_", "")
+    if not cleaned.lstrip("-").isdigit():
+        raise ValueError(f"{text.strip() or 'empty'!r} is not a whole number")
+    return int(cleaned)
+
+
+class PlanForm(VerticalScroll):
+    """Edits a Plan. Posts ``PlanForm.Edited`` on every change."""
+
+    class Edited(Message):
+        """A field changed; ``PlanForm.read()`` gives the values."""
+
+    def __init__(self, plan: Plan, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._plan = plan
+        self.model_suggester = WordSuggester([])
+        self.device_suggester = WordSuggester([])
+        self.targets_suggester = WordSuggester(["all-linear", "attention", "q,k,v,o"])
+
+    def compose(self) -> ComposeResult:
+        basic = [f for f in FIELDS if not f.advanced]
+        advanced = [f for f in FIELDS if f.advanced]
+        for field in basic:
+            yield from self._row(field)
+        with Collapsible(title="Advanced", collapsed=False, id="advanced"):
+            for field in advanced:
+                yield from self._row(field)
+
+    def _row(self, field: Field) -> ComposeResult:
+        value = getattr(self._plan, field.name)
+        fid = f"f-{field.name}"
+        with Horizontal(classes="field"):
+            yield Label(field.label, classes="field-label")
+            if field.kind in ("select", "bool"):
+                # Booleans as on/off words rather than a checkbox: a tick drawn only in
+                # colour is invisible with NO_COLOR.
+                yield Select(
+                    field.choices if field.kind == "bool" else [(str(c), c) for c in field.choices],
+                    value=value,
+                    allow_blank=False,
+                    compact=True,
+                    id=fid,
+                )
+            else:
+                suggester = {
+                    "model": self.model_suggester,
+                    "device": self.device_suggester,
+                    "lora_targets": self.targets_suggester,
+                }.get(field.name)
+                field_input = Input(
+                    str(value),
+                    compact=True,
+                    id=fid,
+                    suggester=suggester,
+                    select_on_focus=False,
+                )
+                # Off in snapshots and screenshots: a blinking cursor is a clock.
+                field_input.cursor_blink = getattr(self.app, "cursor_blink", True)
+                yield field_input
+        yield Static("", id=f"err-{field.name}", classes="field-error", markup=False)
+
+    # -- reading and writing ---------------------------------------------------------------
+
+    def load(self, plan: Plan) -> None:
+        """Show ``plan`` without posting Edited (e.g. another plan was selected)."""
+        self._plan = plan
+        with self.prevent(Input.Changed, Select.Changed):
+            for field in FIELDS:
+                widget = self.query_one(f"#f-{field.name}")
+                value = getattr(plan, field.name)
+                if isinstance(widget, Input):
+                    widget.value = str(value)
+                    widget.cursor_position = len(widget.value)
+                elif isinstance(widget, Select):
+                    widget.value = value
+        self.show_errors({})
+
+    def read(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The typed values (by Plan field) and the fields that did not parse."""
+        values: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+        for field in FIELDS:
+            widget = self.query_one(f"#f-{field.name}")
+            if isinstance(widget, Input):
+                text = widget.value
+                if field.kind == "int":
+                    try:
+                        values[field.name] = parse_int(text)
+                    except ValueError as exc:
+                        errors[field.name] = str(exc)
+                else:
+                    values[field.name] = text.strip()
+            elif isinstance(widget, Select):
+                values[field.name] = widget.value
+        return values, errors
+
+    def show_errors(self, errors: dict[str, str]) -> None:
+        for field in FIELDS:
+            message = errors.get(field.name)
+            err = self.query_one(f"#err-{field.name}", Static)
+            err.update(f"↳ {message}" if message else "")
+            err.display = bool(message)
+            self.query_one(f"#f-{field.name}").set_class(bool(message), "-invalid")
+        if any(f.advanced for f in FIELDS if f.name in errors):
+            self.query_one("#advanced", Collapsible).collapsed = False
+
+    # -- events ------------------------------------------------------------------------------
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.post_message(self.Edited())
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        event.stop()
+        self.post_message(self.Edited())

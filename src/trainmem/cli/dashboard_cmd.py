@@ -1,0 +1,121 @@
+"""`trainmem-tui` with no subcommand: the dashboard.
+
+Takes exactly the plan flags of `plan` (to open on that plan), ``--compare FILE.toml`` and
+``--interval S``. Files are read here, before the UI starts, so the first frame already shows
+the restored plans; a broken file is reported in the app and never written over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from trainmem.cli.main import Parser
+from trainmem.cli.plan_args import add_plan_arguments, plan_from_args
+from trainmem.core.errors import PlanError
+from trainmem.plans_store import (
+    NamedPlan,
+    PlanSet,
+    PlansFileError,
+    load_plans,
+    plan_name,
+    session_path,
+)
+
+PROG = "trainmem-tui"
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0.05 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0.05 and 3600 seconds")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog=PROG,
+        description="The dashboard: plan a training run and watch the GPUs. Subcommands: "
+        "plan, devices (see trainmem-tui plan --help).",
+    )
+    add_plan_arguments(parser)
+    parser.add_argument(
+        "--compare",
+        metavar="FILE.toml",
+        type=Path,
+        help="open the plans in this file (created by Save if it does not exist)",
+    )
+    parser.add_argument(
+        "--interval",
+        metavar="S",
+        type=_interval,
+        default=1.0,
+        help="seconds between device samples (default 1)",
+    )
+    return parser
+
+
+def _plan_flags_given(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
+    group = next(g for g in parser._action_groups if g.title == "plan")
+    flags = {s for a in group._group_actions for s in a.option_strings}
+    return any(arg.split("=", 1)[0] in flags for arg in argv)
+
+
+Startup = tuple[argparse.Namespace, PlanSet | None, list[tuple[str, str]], list[Path]]
+
+
+def startup(argv: list[str]) -> Startup:
+    """Parse flags and read the plans to open: returns the namespace, the plans, messages to
+    show in the app and files that failed to load (never to be overwritten)."""
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    try:
+        cli_plan = plan_from_args(ns) if _plan_flags_given(parser, argv) else None
+    except PlanError as exc:
+        parser.error(str(exc))
+    messages: list[tuple[str, str]] = []
+    broken: list[Path] = []
+    plan_set: PlanSet | None = None
+    source = ns.compare if ns.compare is not None else session_path()
+    try:
+        plan_set = load_plans(source)
+    except PlansFileError as exc:
+        missing = not source.exists()
+        if ns.compare is not None and missing:
+            messages.append(("information", f"{source} does not exist yet; Save creates it"))
+        elif not missing:
+            broken.append(source)
+            messages.append(("error", f"{exc}. The file is left untouched."))
+    if cli_plan is not None:  # open on the plan the flags describe, after the restored ones
+        if plan_set is None:
+            plan_set = PlanSet((NamedPlan(plan_name(cli_plan), cli_plan),))
+        else:
+            from trainmem.app.workspace import Workspace
+
+            ws = Workspace(plan_set)
+            ws.add(cli_plan)
+            plan_set = ws.to_plan_set()
+    return ns, plan_set, messages, broken
+
+
+def run(argv: list[str]) -> int:
+    ns, plan_set, messages, broken = startup(argv)
+    from trainmem.app import make_app
+
+    app = make_app(
+        plan_set=plan_set,
+        plans_path=ns.compare,
+        interval=ns.interval,
+        startup_messages=messages,
+        broken_paths=broken,
+    )
+    app.run()
+    error = app.save_session()
+    if error:
+        sys.stderr.write(f"{PROG}: could not keep the open plans: {error}\n")
+    return app.return_code or 0

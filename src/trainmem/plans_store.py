@@ -1,0 +1,168 @@
+"""Named plans saved to and loaded from TOML: the dashboard's comparisons and its session.
+
+Writes are atomic (a temp file in the same folder, then ``os.replace``), so a crash or a full
+disk never leaves half a file. A file that cannot be read or parsed raises ``PlansFileError``
+and is left as it is: callers report it and must not write over it.
+
+Every path the dashboard keeps state in comes from ``state_dir()``; tests point it at a
+temporary folder with ``TRAINMEM_STATE_DIR``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from trainmem.core.errors import PlanError
+from trainmem.core.plan import Plan
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+FORMAT_VERSION = 1
+
+
+class PlansFileError(Exception):
+    """A plans file that is missing, unreadable or malformed; ``str()`` says which and why."""
+
+    def __init__(self, path: Path, message: str) -> None:
+        self.path = path
+        self.message = message
+        super().__init__(f"{path}: {message}")
+
+
+@dataclass(frozen=True)
+class NamedPlan:
+    name: str
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class PlanSet:
+    """The plans open in the dashboard, and which one the form edits."""
+
+    plans: tuple[NamedPlan, ...]
+    selected: int = 0
+
+
+def state_dir() -> Path:
+    """Where the dashboard keeps its session and default plans file (XDG state home)."""
+    override = os.environ.get("TRAINMEM_STATE_DIR")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(base) / "trainmem"
+
+
+def session_path() -> Path:
+    """The plans open at the last exit, restored on start."""
+    return state_dir() / "session.toml"
+
+
+def default_plans_path() -> Path:
+    """Where Save writes when no ``--compare`` file was given."""
+    return state_dir() / "plans.toml"
+
+
+def to_toml(plan_set: PlanSet) -> str:
+    doc: dict[str, Any] = {
+        "version": FORMAT_VERSION,
+        "selected": plan_set.selected,
+        "plans": [{"name": p.name, **p.plan.to_dict()} for p in plan_set.plans],
+    }
+    return tomli_w.dumps(doc)
+
+
+def from_toml(text: str, path: Path) -> PlanSet:
+    """Parse a plans document; every problem becomes a PlansFileError naming the plan."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PlansFileError(path, f"not valid TOML: {exc}") from None
+    version = doc.get("version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise PlansFileError(path, f"format version {version!r} is not supported (expected 1)")
+    raw = doc.get("plans")
+    if not isinstance(raw, list) or not raw:
+        raise PlansFileError(path, "holds no [[plans]] tables")
+    plans = []
+    for i, entry in enumerate(raw, 1):
+        if not isinstance(entry, dict):
+            raise PlansFileError(path, f"plan {i} is not a table")
+        data = dict(entry)
+        name = str(data.pop("name", f"plan {i}"))
+        try:
+            plans.append(NamedPlan(name, Plan.from_dict(data)))
+        except PlanError as exc:
+            raise PlansFileError(path, f"plan {i} ({name}): {exc}") from None
+        except TypeError as exc:  # a value of the wrong type that validation could not read
+            raise PlansFileError(path, f"plan {i} ({name}): {exc}") from None
+    selected = doc.get("selected", 0)
+    if not isinstance(selected, int) or not 0 <= selected < len(plans):
+        selected = 0
+    return PlanSet(tuple(plans), selected)
+
+
+def load_plans(path: Path) -> PlanSet:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlansFileError(path, "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlansFileError(path, f"cannot read: {exc}") from None
+    return from_toml(text, path)
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to a temp file beside ``path``, flush it to disk, then rename it over
+    ``path``: readers see the old file or the new one, never a part. Raises OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_plans(path: Path, plan_set: PlanSet) -> None:
+    """Write atomically. Raises PlansFileError when the folder or file cannot be written."""
+    try:
+        atomic_write(path, to_toml(plan_set))
+    except OSError as exc:
+        raise PlansFileError(path, f"cannot write: {exc.strerror or exc}") from None
+
+
+def plan_name(plan: Plan) -> str:
+    """A short default name: model (last part), method, sequence length and batch."""
+    model = plan.model.rstrip("/").split("/")[-1] or plan.model
+    return f"{model} {plan.method} {plan.seq_len}x{plan.batch}"
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "NamedPlan",
+    "PlanSet",
+    "PlansFileError",
+    "atomic_write",
+    "default_plans_path",
+    "from_toml",
+    "load_plans",
+    "plan_name",
+    "save_plans",
+    "session_path",
+    "state_dir",
+    "to_toml",
+]

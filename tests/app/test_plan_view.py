@@ -1,0 +1,178 @@
+"""Pilot tests of the plan view: edits recalculate as the estimator says; bad input is flagged
+inline next to its field while the last valid estimate stays on screen."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from app_helpers import plain, settle
+from textual.widgets import Input, Select, Static
+
+from trainmem.app import TrainmemApp
+from trainmem.app.fixture import demo_snapshot
+from trainmem.app.screens.plan import PlanScreen
+from trainmem.app.targets import plan_targets
+from trainmem.app.widgets.breakdown import Breakdown
+from trainmem.app.widgets.devices import DevicePane
+from trainmem.core import Plan, estimate, resolve_model
+from trainmem.core.units import fmt_bytes
+from trainmem.report import build_report
+
+
+def shown_plan(app: TrainmemApp) -> Plan:
+    screen = app.screen
+    assert isinstance(screen, PlanScreen)
+    assert screen.report is not None
+    return screen.report.estimate.plan
+
+
+def set_field(app: TrainmemApp, name: str, value: Any) -> None:
+    widget = app.screen.query_one(f"#f-{name}")
+    if isinstance(widget, Input):
+        widget.value = str(value)
+    else:
+        assert isinstance(widget, Select)
+        widget.value = value
+
+
+EDITS: list[tuple[str, Any]] = [
+    ("seq_len", 4096),
+    ("batch", 1),
+    ("method", "full"),
+    ("grad_ckpt", False),
+    ("precision", "bf16-mixed"),
+    ("optimizer", "adamw-8bit"),
+    ("method", "qlora"),
+    ("lora_rank", 64),
+    ("lora_targets", "q,v"),
+    ("attn", "eager"),
+    ("gpus", 4),
+    ("zero", 3),
+    ("offload", "params"),
+    ("model", "Qwen/Qwen2.5-0.5B"),
+    ("model", "13B"),
+    ("device", "H100-80GB,RTX-4090"),
+    ("rule_of_thumb", True),
+]
+
+
+async def test_every_field_recalculates_as_the_estimator_says(
+    demo_app: Callable[..., TrainmemApp],
+) -> None:
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        expected = Plan()
+        for name, value in EDITS:
+            set_field(app, name, value)
+            await pilot.pause()
+            expected = replace(expected, **{name: value})
+            plan = shown_plan(app)
+            assert plan == expected.validated(), name
+            want = estimate(expected, resolve_model(expected.model))
+            screen = app.screen
+            assert isinstance(screen, PlanScreen) and screen.report is not None
+            assert screen.report.estimate.device_bytes == want.device_bytes, name
+            peaks = plain(app.screen.query_one("#peaks", Static))
+            assert fmt_bytes(want.device_bytes) in peaks, name
+        # The fit is judged per device named in the field, on the rule of thumb when asked.
+        report = screen.report
+        assert [f.device for f in report.fit] == ["H100-80GB", "RTX-4090"]
+        assert "◀ judged" in plain(app.screen.query_one("#peaks", Static)).split("Rule")[1]
+
+
+async def test_typing_in_a_field_recalculates(demo_app: Callable[..., TrainmemApp]) -> None:
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.click("#f-batch")
+        await pilot.press("end", "backspace", "4")
+        await pilot.pause()
+        assert shown_plan(app).batch == 4
+
+
+async def test_whatif_and_advice_follow_the_report(demo_app: Callable[..., TrainmemApp]) -> None:
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        plan = Plan()
+        want = build_report(plan, resolve_model(plan.model), plan_targets("auto", demo_snapshot()))
+        whatif = plain(app.screen.query_one("#whatif", Static))
+        assert f"{want.what_if['max_seq_len']:,} tokens" in whatif
+        advice = app.screen.query_one("#advice", Static)
+        assert advice.display  # 26.6 GB does not fit a 4090
+        assert want.advice[0].action in plain(advice)
+        # The device panes mark the predicted peak after what is already in use.
+        pane = app.screen.query_one("#dev-gpu0", DevicePane)
+        assert pane.plan_bytes == want.estimate.device_bytes
+        assert "short" in plain(pane)
+
+
+async def test_invalid_entries_are_flagged_inline_and_keep_the_estimate(
+    demo_app: Callable[..., TrainmemApp],
+) -> None:
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        before = shown_plan(app)
+        cases = [
+            ("batch", "two", "batch", "is not a whole number"),
+            ("seq_len", "0", "seq_len", "outside 1..10,000,000"),
+            ("offload", "optimizer", "offload", "needs ZeRO stage"),
+            ("device", "RTX-9999", "device", "unknown device"),
+            ("lora_targets", "q,x", "lora_targets", "is not all-linear"),
+            ("model", "Qwen/Qwen2.5-7", "model", "did you mean"),
+        ]
+        for name, bad, field, message in cases:
+            good = app.screen.query_one(f"#f-{name}")
+            old = good.value  # type: ignore[attr-defined]
+            set_field(app, name, bad)
+            await settle(app, pilot)
+            err = app.screen.query_one(f"#err-{field}", Static)
+            assert err.display and message in plain(err), name
+            assert app.screen.query_one(f"#f-{field}").has_class("-invalid")
+            assert shown_plan(app) == before  # the last valid estimate stays
+            assert app.screen.query_one(Breakdown).has_class("-stale")
+            set_field(app, name, old)
+            await settle(app, pilot)
+            assert not err.display
+            assert not app.screen.query_one(Breakdown).has_class("-stale")
+
+
+async def test_plan_switching_keys(demo_app: Callable[..., TrainmemApp]) -> None:
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("ctrl+n")  # a copy to edit
+        await pilot.pause()
+        assert len(app.workspace.plans) == 2 and app.workspace.selected == 1
+        set_field(app, "batch", 8)
+        await pilot.pause()
+        await pilot.press("f5")
+        await pilot.pause()
+        assert shown_plan(app).batch == 2
+        await pilot.press("f6")
+        await pilot.pause()
+        assert shown_plan(app).batch == 8
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert shown_plan(app) == Plan().validated()
+
+
+async def test_help_and_command_palette_list_the_actions(
+    demo_app: Callable[..., TrainmemApp],
+) -> None:
+    app = demo_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Copy", "Next", "Compare", "Monitor", "Save", "Open", "Help", "Quit"} <= titles
+        await pilot.press("f1")
+        await pilot.pause()
+        text = " ".join(plain(s) for s in app.screen.query(Static))
+        assert "Export the comparison as Markdown" in text and "Forget observed peaks" in text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, PlanScreen)
