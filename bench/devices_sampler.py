@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import os
 import platform
 import sys
 import time
 import tracemalloc
-
-import psutil
+from typing import Any
 
 from trainmem.devices import NvmlReader, Sampler, SystemReader
 from trainmem.devices.fakes import (
@@ -32,6 +32,7 @@ from trainmem.devices.fakes import (
 )
 
 MiB = 2**20
+psutil: Any = importlib.import_module("psutil")  # imported so: psutil ships no type stubs
 
 
 def cpu_name() -> str:
