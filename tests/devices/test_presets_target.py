@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
+from trainmem.core.units import parse_size
 from trainmem.devices import (
     DeviceTarget,
     NvmlReader,
     SystemReader,
     list_presets,
     parse_device_spec,
-    parse_size,
     resolve_preset,
 )
 from trainmem.devices.fakes import FakeGpu, FakeNvml, FakePsutil, eight_gpu_machine

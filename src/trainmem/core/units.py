@@ -21,18 +21,25 @@ _UNITS = {
     "gib": GiB,
     "tib": 2**40,
 }
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]+)\s*$")
+_AMBIGUOUS = {"m": (6, 20), "g": (9, 30), "t": (12, 40)}  # decimal and binary exponents
+_SIZE = re.compile(r"^([0-9]*\.?[0-9]+)\s*([a-z]*)$")
 
 
 def parse_size(text: str) -> int:
-    """``"24GiB"`` -> 25769803776. Raises ValueError on a missing or ambiguous unit."""
-    m = _SIZE.match(text)
+    """``"24GiB"`` -> 25769803776, ``"80GB"`` -> 80000000000; a bare ``G`` is refused."""
+    m = _SIZE.match(text.strip().lower())
     if not m:
         raise ValueError(f"{text!r} is not a size; use e.g. 24GiB or 80GB")
-    value, unit = float(m.group(1)), m.group(2).lower()
+    number, unit = m.groups()
+    if unit in _AMBIGUOUS:
+        u, (dec, bin_) = unit.upper(), _AMBIGUOUS[unit]
+        raise ValueError(
+            f"{text!r} is ambiguous: write {number}{u}B (10^{dec} bytes) "
+            f"or {number}{u}iB (2^{bin_} bytes)"
+        )
     if unit not in _UNITS:
-        raise ValueError(f"unknown unit {m.group(2)!r} in {text!r}; use GB (10^9) or GiB (2^30)")
-    size = round(value * _UNITS[unit])
+        raise ValueError(f"{text!r} needs a unit: GB (10^9 bytes) or GiB (2^30 bytes)")
+    size = round(float(number) * _UNITS[unit])
     if size <= 0:
         raise ValueError(f"{text!r} must be larger than zero")
     return size

@@ -16,20 +16,63 @@ Everything that can fail on a real machine (no driver, a lost GPU, a field a GPU
 support, processes we may not inspect) becomes ``unavailable`` with a short reason.
 """
 
-from trainmem.devices.nvml import NvmlReader, default_reader
-from trainmem.devices.presets import list_presets, resolve_preset
-from trainmem.devices.sampler import HistoryPoint, Peaks, Sampler, SnapshotCallback, read_devices
-from trainmem.devices.snapshot import (
-    DeviceKind,
-    DeviceReading,
-    MigReading,
-    NvmlStatus,
-    ProcessReading,
-    Snapshot,
-)
-from trainmem.devices.system import SystemReader
-from trainmem.devices.target import DeviceTarget, detect_targets, parse_device_spec, parse_size
-from trainmem.devices.unified import is_apple_silicon, usable_unified
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+# Submodules load on first use, so `plan` (which needs only `target`) never imports NVML or
+# psutil code.
+_WHERE = {
+    "NvmlReader": "nvml",
+    "default_reader": "nvml",
+    "list_presets": "presets",
+    "resolve_preset": "presets",
+    "HistoryPoint": "sampler",
+    "Peaks": "sampler",
+    "Sampler": "sampler",
+    "SnapshotCallback": "sampler",
+    "read_devices": "sampler",
+    "DeviceKind": "snapshot",
+    "DeviceReading": "snapshot",
+    "MigReading": "snapshot",
+    "NvmlStatus": "snapshot",
+    "ProcessReading": "snapshot",
+    "Snapshot": "snapshot",
+    "SystemReader": "system",
+    "DeviceTarget": "target",
+    "detect_targets": "target",
+    "parse_device_spec": "target",
+    "is_apple_silicon": "unified",
+    "usable_unified": "unified",
+}
+
+if TYPE_CHECKING:
+    from trainmem.devices.nvml import NvmlReader, default_reader
+    from trainmem.devices.presets import list_presets, resolve_preset
+    from trainmem.devices.sampler import (
+        HistoryPoint,
+        Peaks,
+        Sampler,
+        SnapshotCallback,
+        read_devices,
+    )
+    from trainmem.devices.snapshot import (
+        DeviceKind,
+        DeviceReading,
+        MigReading,
+        NvmlStatus,
+        ProcessReading,
+        Snapshot,
+    )
+    from trainmem.devices.system import SystemReader
+    from trainmem.devices.target import DeviceTarget, detect_targets, parse_device_spec
+    from trainmem.devices.unified import is_apple_silicon, usable_unified
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"trainmem.devices.{_WHERE[name]}"), name)
+
 
 __all__ = [
     "DeviceKind",
@@ -50,7 +93,6 @@ __all__ = [
     "is_apple_silicon",
     "list_presets",
     "parse_device_spec",
-    "parse_size",
     "read_devices",
     "resolve_preset",
     "usable_unified",

@@ -6,28 +6,16 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+
+from trainmem.core.units import parse_size
 
 if TYPE_CHECKING:
     from trainmem.devices.nvml import NvmlReader
     from trainmem.devices.system import SystemReader
 
 TargetKind = Literal["gpu", "unified", "system"]
-
-GB = 10**9
-GiB = 2**30
-_UNITS = {
-    "mb": 10**6,
-    "gb": GB,
-    "tb": 10**12,
-    "mib": 2**20,
-    "gib": GiB,
-    "tib": 2**40,
-}
-_AMBIGUOUS = {"m": (6, 20), "g": (9, 30), "t": (12, 40)}  # decimal and binary exponents
-_SIZE = re.compile(r"^([0-9]*\.?[0-9]+)\s*([a-z]*)$")
 
 ACCEPTED = (
     "a preset (e.g. RTX-4090, H100-80GB, mac-36GB), a size (24GiB, 80GB), unified:36GB, "
@@ -56,26 +44,6 @@ class DeviceTarget:
     @classmethod
     def system(cls, name: str, total_bytes: int) -> DeviceTarget:
         return cls(name, "system", total_bytes, total_bytes)
-
-
-def parse_size(text: str) -> int:
-    """``"24GiB"`` -> 25769803776, ``"80GB"`` -> 80000000000. ValueError otherwise."""
-    m = _SIZE.match(text.strip().lower())
-    if not m:
-        raise ValueError(f"{text!r} is not a size; use e.g. 24GiB or 80GB")
-    number, unit = m.groups()
-    if unit in _AMBIGUOUS:
-        u, (dec, bin_) = unit.upper(), _AMBIGUOUS[unit]
-        raise ValueError(
-            f"{text!r} is ambiguous: write {number}{u}B (10^{dec} bytes) "
-            f"or {number}{u}iB (2^{bin_} bytes)"
-        )
-    if unit not in _UNITS:
-        raise ValueError(f"{text!r} needs a unit: GB (10^9 bytes) or GiB (2^30 bytes)")
-    size = round(float(number) * _UNITS[unit])
-    if size <= 0:
-        raise ValueError(f"{text!r} must be larger than zero")
-    return size
 
 
 def parse_device_spec(
@@ -116,7 +84,7 @@ def _parse_one(
     try:
         size = parse_size(size_text)
     except ValueError:
-        if kind or _SIZE.match(item.strip().lower()):
+        if kind or item.strip()[:1].isdigit():
             raise  # a size that is wrong: its own message says how
         raise ValueError(f"unknown device {item!r}; use {ACCEPTED}") from None
     label = size_text.strip()
