@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+from trainmem.core.architecture import ModelSpec
+from trainmem.core.errors import PlanError
 from trainmem.core.plan import ATTENTION, METHODS, OFFLOAD, OPTIMIZERS, PRECISIONS, Plan
+from trainmem.core.resolve import resolve_model
 
 DEFAULTS = Plan()
 
@@ -72,10 +75,29 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "or a comma list",
     )
     g.add_argument(
+        "--download",
+        action="store_true",
+        help="fetch config.json and safetensors headers (never weights) of a Hub id "
+        "that is not in the catalogue or the local cache",
+    )
+    g.add_argument(
         "--rule-of-thumb",
         action="store_true",
         help="judge the fit on the guide's rule of thumb instead of the detailed estimate",
     )
+
+
+def resolve_for_args(ns: argparse.Namespace, plan: Plan) -> ModelSpec:
+    """The plan's model, downloading its config first when --download asks for it."""
+    try:
+        return resolve_model(plan.model)
+    except PlanError:
+        if not getattr(ns, "download", False) or plan.model.count("/") != 1:
+            raise
+    from trainmem.hub import download
+
+    download(plan.model)
+    return resolve_model(plan.model)
 
 
 def plan_from_args(ns: argparse.Namespace) -> Plan:

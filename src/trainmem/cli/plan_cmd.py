@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from trainmem.cli.plan_args import add_plan_arguments, plan_from_args
+from trainmem.cli.plan_args import add_plan_arguments, plan_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
 
 
@@ -22,7 +22,8 @@ def run(ns: argparse.Namespace) -> int:
     from trainmem.report import build_report
 
     try:
-        report = build_report(plan_from_args(ns))
+        plan = plan_from_args(ns)
+        report = build_report(plan, resolve_for_args(ns, plan))
     except (PlanError, ValueError) as exc:
         sys.stderr.write(f"trainmem-tui plan: error: {exc}\n")
         return 2

@@ -41,6 +41,18 @@ def cached_model_dir(hf_id: str) -> Path | None:
     return snapshots[-1] if snapshots else None
 
 
+def downloads_dir() -> Path:
+    """Where ``--download`` keeps configs and safetensors headers (never weights)."""
+    if os.environ.get("TRAINMEM_CACHE_DIR"):
+        return Path(os.environ["TRAINMEM_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "trainmem" / "models"
+
+
+def downloaded_model_dir(hf_id: str) -> Path:
+    return downloads_dir() / hf_id.replace("/", "--")
+
+
 def cached_model_ids() -> list[str]:
     """Hugging Face ids with a config.json in the local cache (for the dashboard's list)."""
     root = hf_cache_dir()
@@ -77,7 +89,7 @@ def spec_from_folder(folder: Path, name: str, source: str) -> ModelSpec:
         spec,
         exact_params=total,
         dtype=_SAFETENSORS_DTYPES[dtype],
-        source="safetensors",
+        source="safetensors" if source == "config" else source,
         notes=(*spec.notes, f"exact count {total:,} from safetensors headers"),
     )
 
@@ -104,6 +116,8 @@ def resolve_model(text: str) -> ModelSpec:
     cached = cached_model_dir(text) if "/" in text else None
     if cached is not None:
         return spec_from_folder(cached, text, "hf-cache")
+    if "/" in text and (downloaded_model_dir(text) / "config.json").is_file():
+        return spec_from_folder(downloaded_model_dir(text), text, "downloaded")
     if path.suffix == ".json" or text.startswith((".", "/", "~")) or text.count("/") > 1:
         raise PlanError("model", f"no such file: {text}")
     close = difflib.get_close_matches(text, catalog.names(), n=3, cutoff=0.5)
@@ -111,7 +125,7 @@ def resolve_model(text: str) -> ModelSpec:
     raise PlanError(
         "model",
         f"unknown model {text!r}{hint}; give a count like 7B, a catalogue id, "
-        "a config.json path or a cached Hugging Face id",
+        "a config.json path or a cached Hugging Face id (or add --download)",
     )
 
 
