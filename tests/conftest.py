@@ -9,5 +9,6 @@ import pytest
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HF_HUB_CACHE", str(home / "hf-hub"))
-    monkeypatch.setenv("TRAINMEM_HOME", str(home / "trainmem"))
+    monkeypatch.setenv("TRAINMEM_STATE_DIR", str(home / "state"))
+    monkeypatch.setenv("TRAINMEM_CACHE_DIR", str(home / "cache"))
     monkeypatch.delenv("HF_HOME", raising=False)
