@@ -27,7 +27,7 @@ from trainmem.plans_store import atomic_write
 if TYPE_CHECKING:
     from trainmem.app.app import TrainmemApp
 
-FIXED_COLUMNS = 72  # every column but the bar: widths, cell padding, border, scrollbar
+FIXED_COLUMNS = 66  # every column but the bar: widths, cell padding, border, scrollbar
 
 
 class CompareScreen(Screen[None]):
@@ -106,11 +106,11 @@ class CompareScreen(Screen[None]):
         scale = max((r.estimate.device_bytes for r in ok), default=1)
         table.clear(columns=True)
         table.add_column("#", width=2)
-        table.add_column("Plan", width=18)
+        table.add_column("Plan", width=16)
         table.add_column(f"Components (0 to {fmt_bytes(scale)})", width=bar_width)
         table.add_column("Device", width=8)
         table.add_column("Rule", width=8)
-        table.add_column("Verdict", width=18)
+        table.add_column("Verdict", width=16)
         selected = self.app.workspace.selected
         for i, row in enumerate(self.rows):
             mark = "▶" if i == selected else str(i + 1)

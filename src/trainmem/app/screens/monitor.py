@@ -26,6 +26,16 @@ if TYPE_CHECKING:
     from trainmem.app.app import TrainmemApp
 
 
+COLUMNS = (  # width 0: the process column takes what the others leave
+    ("Device", 5),
+    ("PID", 7),
+    ("Process", 0),
+    ("Used", 8),
+    ("Peak", 8),
+    ("Peak − plan", 11),
+    ("%", 5),
+)
+FIXED_COLUMNS = sum(w for _, w in COLUMNS) + 2 * len(COLUMNS) + 3  # cell padding, border, bar
 RUN_FRACTION = 0.5  # a process holding at least half the prediction is taken for the run
 
 
@@ -64,22 +74,20 @@ class MonitorScreen(Screen[None]):
         table = self.query_one("#monitor-table", DataTable)
         table.border_title = "Processes on GPUs vs the plan"
         self.query_one("#monitor-devices").border_title = "Devices"
-        for label, width in (
-            ("Device", 6),
-            ("PID", 8),
-            ("Process", 30),
-            ("Used", 9),
-            ("Peak", 9),
-            ("Plan", 9),
-            ("Peak − plan", 11),
-            ("%", 6),
-        ):
-            table.add_column(label, width=width, key=label)
         self.watch(self.app, "snapshot", self._update)
         self.watch(self.app, "report", self._update)
 
     def on_screen_resume(self) -> None:
         self._update()
+
+    def on_resize(self) -> None:
+        self.query_one("#monitor-table", DataTable).clear(columns=True)
+        self._update()
+
+    def _add_columns(self, table: DataTable[object]) -> None:
+        process = max(12, self.size.width - FIXED_COLUMNS)
+        for label, width in COLUMNS:
+            table.add_column(label, width=width or process)
 
     def action_reset_peaks(self) -> None:
         reset = getattr(self.app.sampler, "reset_peaks", None)
@@ -106,6 +114,8 @@ class MonitorScreen(Screen[None]):
 
         table = self.query_one("#monitor-table", DataTable)
         table.clear()
+        if not table.columns:
+            self._add_columns(table)
         warning = Text()
         free_lines = []
         if snapshot is not None:
@@ -137,16 +147,12 @@ class MonitorScreen(Screen[None]):
                         assert peak is not None and predicted is not None
                         gb, pct = difference(peak, predicted)
                         style = "bold #e85f5f" if peak > predicted else ""
-                        cells += [
-                            fmt_bytes(predicted),
-                            Text(gb, style=style),
-                            Text(pct, style=style),
-                        ]
+                        cells += [Text(gb, style=style), Text(pct, style=style)]
                     else:
-                        cells += ["", Text("not the run", style="dim"), ""]
+                        cells += [Text("not the run", style="dim"), ""]
                     table.add_row(*cells)
         if table.row_count == 0:
-            table.add_row("", "", Text("no process holds GPU memory", style="dim"), *[""] * 5)
+            table.add_row("", "", Text("no process holds GPU memory", style="dim"), *[""] * 4)
         warn = self.query_one("#monitor-warning", Static)
         warn.update(warning)
         warn.display = bool(warning)

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from trainmem.app.app import TrainmemApp
 
 
+NARROW_WIDTH = 110  # as the app's HORIZONTAL_BREAKPOINTS
+
+
 class PlanScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+n", "copy_plan", "Copy", tooltip="Add a copy of this plan and edit it"),
@@ -195,6 +198,16 @@ class PlanScreen(Screen[None]):
 
     def on_screen_resume(self) -> None:
         self._refresh_devices()
+
+    def on_resize(self) -> None:
+        # Narrow terminals stack everything in one scrolling column: the estimate goes first,
+        # as it answers the question; wide ones show the devices above it.
+        right = self.query_one("#right")
+        devices, breakdown = self.query_one(DevicesPanel), self.query_one(Breakdown)
+        narrow = self.has_class("-narrow") or self.size.width < NARROW_WIDTH
+        first = breakdown if narrow else devices
+        if right.children.index(first) != 1:  # after the headline
+            right.move_child(first, after=right.children[0])
 
     def _refresh_devices(self) -> None:
         snapshot = self.app.snapshot

@@ -1,0 +1,133 @@
+"""Compare actions, export, saving and loading plans, and a broken plans file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from app_helpers import settle
+from textual.widgets import DataTable, Input
+
+from trainmem.app import TrainmemApp
+from trainmem.app.fixture import demo_plan_set
+from trainmem.app.screens.compare import CompareScreen
+from trainmem.app.screens.plan import PlanScreen
+from trainmem.app.screens.prompt import PromptScreen
+from trainmem.core import Plan, resolve_model
+from trainmem.plans_store import load_plans, save_plans, session_path
+from trainmem.report import build_report
+
+
+async def answer(app: TrainmemApp, pilot: object, text: str) -> None:
+    """Answer the open prompt with ``text``."""
+    assert isinstance(app.screen, PromptScreen)
+    app.screen.query_one(Input).value = text
+    await pilot.press("enter")  # type: ignore[attr-defined]
+    await settle(app, pilot)  # type: ignore[arg-type]
+
+
+def names(app: TrainmemApp) -> list[str]:
+    return [p.name for p in app.workspace.plans]
+
+
+async def test_compare_actions_and_export(
+    demo_app: Callable[..., TrainmemApp], tmp_path: Path
+) -> None:
+    app = demo_app(plan_set=demo_plan_set())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("f3")
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        table = screen.query_one("#compare-table", DataTable)
+        assert table.row_count == 4
+        await pilot.press("d")  # duplicate row 1
+        await settle(app, pilot)
+        assert names(app)[:2] == ["7B LoRA 2k×2", "7B LoRA 2k×2 (2)"] and table.row_count == 5
+        await pilot.press("r")
+        await answer(app, pilot, "short context")
+        assert names(app)[1] == "short context"
+        await pilot.press("x")
+        await settle(app, pilot)
+        assert "short context" not in names(app) and table.row_count == 4
+        await pilot.press("a")
+        await settle(app, pilot)
+        assert app.workspace.plans[-1].plan == Plan() and table.cursor_row == 4
+
+        await pilot.press("m")
+        await answer(app, pilot, str(tmp_path / "cmp.md"))
+        md = (tmp_path / "cmp.md").read_text()
+        assert md.startswith("| Plan | Model |") and "7B QLoRA 4k×2" in md
+        assert "| logits |" in md
+        await pilot.press("j")
+        await answer(app, pilot, str(tmp_path / "cmp.json"))
+        doc = json.loads((tmp_path / "cmp.json").read_text())
+        assert [p["name"] for p in doc["plans"]] == names(app)
+        # The same object as `plan --json`, one per plan.
+        plan = app.workspace.plans[0].plan
+        want = build_report(plan, resolve_model(plan.model), [])
+        assert set(doc["plans"][0]["report"]) == set(want.to_json())
+
+        table.move_cursor(row=2)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert isinstance(app.screen, PlanScreen) and app.workspace.selected == 2
+        assert app.screen.report is not None
+        assert app.screen.report.estimate.plan.method == "qlora"
+
+
+async def test_save_load_and_a_broken_file(
+    demo_app: Callable[..., TrainmemApp], tmp_path: Path
+) -> None:
+    saved = tmp_path / "plans.toml"
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[[plans]\nthis is not toml")
+    app = demo_app(plan_set=demo_plan_set())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("ctrl+s")
+        await answer(app, pilot, str(saved))
+        assert load_plans(saved) == app.workspace.to_plan_set()
+
+        await pilot.press("ctrl+n")  # change the workspace, then load the saved plans back
+        await settle(app, pilot)
+        assert len(app.workspace.plans) == 5
+        await pilot.press("ctrl+o")
+        await answer(app, pilot, str(saved))
+        assert app.workspace.to_plan_set() == load_plans(saved)
+        assert app.screen.query_one("#f-batch", Input).value == "1"  # the form follows
+
+        await pilot.press("ctrl+o")
+        await answer(app, pilot, str(broken))
+        messages = [n.message for n in app._notifications]
+        assert any("broken.toml: not valid TOML" in m for m in messages)
+        assert len(app.workspace.plans) == 4  # nothing replaced
+        await pilot.press("ctrl+s")
+        await answer(app, pilot, str(broken))
+        assert any("not overwritten" in n.message for n in app._notifications)
+    assert broken.read_text() == "[[plans]\nthis is not toml"
+
+
+async def test_session_is_kept_unless_its_file_was_broken(
+    demo_app: Callable[..., TrainmemApp],
+) -> None:
+    app = demo_app(plan_set=demo_plan_set())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+    assert app.save_session() is None
+    assert load_plans(session_path()) == demo_plan_set()
+
+    session_path().write_text("garbage = [")
+    app = demo_app(broken_paths=[session_path()])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+    assert "left as it was" in (app.save_session() or "")
+    assert session_path().read_text() == "garbage = ["
+
+
+def test_plans_file_round_trips_through_the_store(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    save_plans(path, demo_plan_set())
+    assert load_plans(path) == demo_plan_set()

@@ -1,0 +1,51 @@
+"""Monitoring with a fake sampler: observed memory and peak against the plan, low-memory warning."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from app_helpers import plain, settle
+from textual.widgets import DataTable, Static
+
+from trainmem.app import TrainmemApp
+from trainmem.app.fixture import TRAIN_PID, ReplaySampler, demo_plan_set, demo_snapshot
+from trainmem.app.screens.monitor import difference
+from trainmem.core import Plan, estimate, resolve_model
+
+MiB = 2**20
+
+
+async def test_monitor_compares_the_run_and_warns_when_memory_runs_low(
+    demo_app: Callable[..., TrainmemApp],
+) -> None:
+    app = demo_app(plan_set=demo_plan_set())  # selected: 7B LoRA, batch 1
+    predicted = estimate(Plan(batch=1), resolve_model(Plan().model)).device_bytes
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("f4")
+        await settle(app, pilot)
+        warning = app.screen.query_one("#monitor-warning", Static)
+        assert not warning.display
+        table = app.screen.query_one("#monitor-table", DataTable)
+        row = next(r for r in range(table.row_count) if table.get_row_at(r)[1] == str(TRAIN_PID))
+        cells = [str(c) for c in table.get_row_at(row)]
+        assert cells[5:] == list(difference(21_400 * MiB, predicted))  # the fixture's peak
+
+        # The run grows until GPU 1 has under 5% free: the next sample shows it at once.
+        sampler = app.sampler
+        assert isinstance(sampler, ReplaySampler)
+        sampler.push(demo_snapshot(train_used=23_600 * MiB, seq=2))
+        await settle(app, pilot)
+        assert warning.display and "LOW FREE MEMORY on gpu1" in plain(warning)
+        cells = [str(c) for c in table.get_row_at(row)]
+        assert cells[3] == "24.7 GB" and cells[4] == "24.7 GB"
+        assert cells[5:] == list(difference(23_600 * MiB, predicted))
+        assert cells[5].startswith("+")
+        # Other processes (a notebook, the desktop) are not taken for the run.
+        others = [table.get_row_at(r) for r in range(table.row_count) if r != row]
+        assert all(str(r[5]) == "not the run" for r in others)
+
+
+def test_difference_is_signed_in_gb_and_percent() -> None:
+    assert difference(11_000_000_000, 10_000_000_000) == ("+1.0 GB", "+10%")
+    assert difference(9_500_000_000, 10_000_000_000) == ("−0.5 GB", "−5%")
