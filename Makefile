@@ -1,5 +1,5 @@
 # `make run` opens the dashboard, `make test` runs every check; each sets itself up first.
-.PHONY: run test screenshots bench accuracy
+.PHONY: run test screenshots accuracy measure
 
 run:
 	./scripts/run.sh $(ARGS)
@@ -9,3 +9,14 @@ test:
 
 screenshots:
 	./scripts/run.sh --version >/dev/null && .venv/bin/python scripts/screenshots.py
+
+# The accuracy table from the recorded measurements (no torch needed).
+accuracy:
+	./scripts/run.sh --version >/dev/null && .venv/bin/python bench/accuracy/compare.py \
+		bench/results/measure-cpu.json --out docs/accuracy.md
+
+# Re-measure real training steps on CPU (installs torch's CPU wheel into .measure-venv).
+measure:
+	[ -x .measure-venv/bin/python ] || python3 -m venv .measure-venv
+	.measure-venv/bin/pip install -q torch==2.13.0 && .measure-venv/bin/pip install -q -e ".[measure]"
+	.measure-venv/bin/python bench/measure/harness.py --subset full --out bench/results/measure-cpu.json
