@@ -8,14 +8,16 @@ from dataclasses import replace
 from typing import Any
 
 from app_helpers import plain, settle
-from textual.widgets import Input, Select, Static
+from textual.widgets import Input, Static
 
 from trainmem.app import TrainmemApp
 from trainmem.app.fixture import demo_snapshot
 from trainmem.app.screens.plan import PlanScreen
 from trainmem.app.targets import plan_targets
 from trainmem.app.widgets.breakdown import Breakdown
+from trainmem.app.widgets.choice import Choice
 from trainmem.app.widgets.devices import DevicePane
+from trainmem.app.widgets.plan_form import PlanForm
 from trainmem.core import Plan, estimate, resolve_model
 from trainmem.core.units import fmt_bytes
 from trainmem.report import build_report
@@ -33,7 +35,7 @@ def set_field(app: TrainmemApp, name: str, value: Any) -> None:
     if isinstance(widget, Input):
         widget.value = str(value)
     else:
-        assert isinstance(widget, Select)
+        assert isinstance(widget, Choice)
         widget.value = value
 
 
@@ -130,14 +132,15 @@ async def test_invalid_entries_are_flagged_inline_and_keep_the_estimate(
             old = good.value  # type: ignore[attr-defined]
             set_field(app, name, bad)
             await settle(app, pilot)
-            err = app.screen.query_one(f"#err-{field}", Static)
-            assert err.display and message in plain(err), name
+            form = app.screen.query_one(PlanForm)
+            assert message in (form.error(field) or ""), name
+            assert message in plain(app.screen.query_one(f"#err-{field}", Static))
             assert app.screen.query_one(f"#f-{field}").has_class("-invalid")
             assert shown_plan(app) == before  # the last valid estimate stays
             assert app.screen.query_one(Breakdown).has_class("-stale")
             set_field(app, name, old)
             await settle(app, pilot)
-            assert not err.display
+            assert form.error(field) is None and not app.screen.query(f"#err-{field}")
             assert not app.screen.query_one(Breakdown).has_class("-stale")
 
 

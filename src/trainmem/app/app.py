@@ -4,27 +4,25 @@ deterministic sampler through ``sampler_factory`` (see ``trainmem.app.fixture``)
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.reactive import reactive
+from textual.reactive import var
 from textual.screen import Screen
 
 from trainmem.app.messages import DevicesSampled, PlansLoaded
 from trainmem.app.planning import SpecCache
-from trainmem.app.screens.compare import CompareScreen
 from trainmem.app.screens.help import HelpScreen
-from trainmem.app.screens.monitor import MonitorScreen
 from trainmem.app.screens.plan import PlanScreen
 from trainmem.app.screens.prompt import PromptScreen
 from trainmem.app.workspace import Workspace
 from trainmem.core import catalog
-from trainmem.devices.sampler import HistoryPoint, SnapshotCallback
 from trainmem.devices.snapshot import Snapshot
 from trainmem.plans_store import (
     PlanSet,
@@ -36,6 +34,9 @@ from trainmem.plans_store import (
 )
 from trainmem.report import Report
 
+if TYPE_CHECKING:  # the sampler module loads NVML bindings: imported when sampling starts
+    from trainmem.devices.sampler import HistoryPoint
+
 
 class SamplerLike(Protocol):
     """What the app needs of ``trainmem.devices.Sampler`` (the fixture's ReplaySampler too)."""
@@ -45,10 +46,11 @@ class SamplerLike(Protocol):
     def history(self, device_id: str) -> list[HistoryPoint]: ...
 
 
-SamplerFactory = Callable[[SnapshotCallback, float], SamplerLike]
+# (callback, interval) -> sampler; the callback takes each Snapshot, on the sampler's thread.
+SamplerFactory = Callable[[Callable[[Snapshot], None], float], SamplerLike]
 
 
-def real_sampler(callback: SnapshotCallback, interval: float) -> SamplerLike:
+def real_sampler(callback: Callable[[Snapshot], None], interval: float) -> SamplerLike:
     from trainmem.devices.sampler import Sampler
 
     return Sampler(callback, interval=interval)
@@ -57,16 +59,13 @@ def real_sampler(callback: SnapshotCallback, interval: float) -> SamplerLike:
 class TrainmemApp(App[None]):
     TITLE = "trainmem"
     CSS_PATH = "app.tcss"
+    # Compare and monitor are imported when first opened: start-up pays only for the plan view.
     MODES: ClassVar[dict[str, Any]] = {
         "plan": PlanScreen,
-        "compare": CompareScreen,
-        "monitor": MonitorScreen,
+        "compare": lambda: _screen("compare", "CompareScreen"),
+        "monitor": lambda: _screen("monitor", "MonitorScreen"),
     }
     DEFAULT_MODE = "plan"
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [
-        (0, "-narrow"),
-        (110, "-wide"),
-    ]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1", "help", "Help", tooltip="List every key"),
         Binding("f2", "switch_mode('plan')", "Plan", tooltip="The plan form and its estimate"),
@@ -77,10 +76,12 @@ class TrainmemApp(App[None]):
         Binding("ctrl+q", "quit", "Quit", tooltip="Quit (the open plans are kept for next time)"),
     ]
 
-    snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
-    report: reactive[Report | None] = reactive(None, always_update=True)
-    plans_version = reactive(0)
-    model_list_version = reactive(0)
+    # ``var``, not ``reactive``: a change notifies the watchers (screens) and repaints nothing
+    # by itself; a ``reactive`` on the App would repaint the whole screen every sample.
+    snapshot: var[Snapshot | None] = var(None, always_update=True)
+    report: var[Report | None] = var(None, always_update=True)
+    plans_version = var(0)
+    model_list_version = var(0)
 
     def __init__(
         self,
@@ -92,10 +93,12 @@ class TrainmemApp(App[None]):
         startup_messages: Iterable[tuple[str, str]] = (),
         broken_paths: Iterable[Path] = (),
         scan_hf_cache: bool = True,
-        cursor_blink: bool = True,
+        cursor_blink: bool = False,
     ) -> None:
         super().__init__()
-        self.cursor_blink = cursor_blink  # off for snapshots: a blinking cursor is a clock
+        # Off by default: a blinking cursor repaints twice a second, which over SSH for a
+        # dashboard left open all day is traffic and CPU for nothing (and a clock in snapshots).
+        self.cursor_blink = cursor_blink
         self.workspace = Workspace(plan_set)
         self.plans_path = plans_path or default_plans_path()
         self.interval = interval
@@ -111,18 +114,24 @@ class TrainmemApp(App[None]):
     # -- lifecycle ---------------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        self.sampler = self._sampler_factory(self._sampled, self.interval)
-        self.sampler.start()
         for severity, text in self._startup_messages:
             self.notify(text, severity=severity, timeout=8)  # type: ignore[arg-type]
-        if self._scan_hf_cache:
-            self._scan_cache()
+        # The first frame comes first; sampling and the cache scan start right after it.
+        self.call_after_refresh(self._start_background)
         try:  # a hung-up terminal: exit through the normal path so the session is saved
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGHUP, signal.SIGTERM):
                 loop.add_signal_handler(sig, self.exit)
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread (tests) or no signals (Windows)
+
+    def _start_background(self) -> None:
+        gc.freeze()  # see trainmem.cli.dashboard_cmd.run
+        gc.enable()
+        self.sampler = self._sampler_factory(self._sampled, self.interval)
+        self.sampler.start()
+        if self._scan_hf_cache:
+            self._scan_cache()
 
     def on_unmount(self) -> None:
         self.sampler.stop(timeout=1.0)
@@ -252,6 +261,13 @@ class TrainmemApp(App[None]):
                 yield command
 
 
+def _screen(module: str, name: str) -> Screen[Any]:
+    import importlib
+
+    screen_class = getattr(importlib.import_module(f"trainmem.app.screens.{module}"), name)
+    return screen_class()  # type: ignore[no-any-return]
+
+
 class _NoSampler:
     """Before mount: no samples, no history."""
 
@@ -270,7 +286,7 @@ def make_app(
     startup_messages: Iterable[tuple[str, str]] = (),
     broken_paths: Iterable[Path] = (),
     scan_hf_cache: bool = True,
-    cursor_blink: bool = True,
+    cursor_blink: bool = False,
 ) -> TrainmemApp:
     """The dashboard. Without ``sampler_factory`` it samples this machine's real devices."""
     return TrainmemApp(

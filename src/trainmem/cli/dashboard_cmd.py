@@ -8,6 +8,7 @@ the restored plans; a broken file is reported in the app and never written over.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import sys
 from pathlib import Path
@@ -104,6 +105,10 @@ def startup(argv: list[str]) -> Startup:
 
 
 def run(argv: list[str]) -> int:
+    # Start-up allocates many long-lived objects (Textual, the widget tree): collecting
+    # garbage among them only costs time. The app re-enables collection after its first
+    # frame and freezes what exists then, which also makes later collections cheaper.
+    gc.disable()
     ns, plan_set, messages, broken = startup(argv)
     from trainmem.app import make_app
 

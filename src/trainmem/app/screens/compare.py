@@ -12,7 +12,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Static
 
 from trainmem.app import planning
 from trainmem.app.export import Row, to_json, to_markdown
@@ -20,6 +20,7 @@ from trainmem.app.screens.prompt import PromptScreen
 from trainmem.app.widgets.bars import stacked_bar, verdict_text
 from trainmem.app.widgets.breakdown import short_model
 from trainmem.app.widgets.devices import short_device_name
+from trainmem.app.widgets.keybar import KeyBar
 from trainmem.core.errors import PlanError
 from trainmem.core.units import fmt_bytes
 from trainmem.plans_store import atomic_write
@@ -48,11 +49,10 @@ class CompareScreen(Screen[None]):
         self.rows: list[Row] = []
 
     def compose(self) -> ComposeResult:
-        yield Header()
         yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
         yield Static(id="compare-scale", classes="hint")
         yield DataTable(id="components-table", cursor_type="none", zebra_stripes=True)
-        yield Footer(compact=True)
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one("#compare-table").border_title = "Plans"

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Static
 
 from trainmem.app.widgets.devices import (
     LOW_FREE_FRACTION,
@@ -18,6 +18,7 @@ from trainmem.app.widgets.devices import (
     low_free,
     process_label,
 )
+from trainmem.app.widgets.keybar import KeyBar
 from trainmem.core.units import fmt_bytes
 from trainmem.devices.snapshot import Snapshot
 from trainmem.report import Report
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 
 COLUMNS = (  # width 0: the process column takes what the others leave
-    ("Device", 5),
+    ("Device", 6),
     ("PID", 7),
     ("Process", 0),
     ("Used", 8),
@@ -61,14 +62,13 @@ class MonitorScreen(Screen[None]):
     app: TrainmemApp
 
     def compose(self) -> ComposeResult:
-        yield Header()
         yield Static(id="monitor-plan")
         yield Static(id="monitor-warning")
         yield DataTable(id="monitor-table", cursor_type="row", zebra_stripes=True)
         yield Static(id="monitor-free", classes="hint")
         with VerticalScroll(id="monitor-scroll"):
             yield DevicesPanel(id="monitor-devices")
-        yield Footer(compact=True)
+        yield KeyBar()
 
     def on_mount(self) -> None:
         table = self.query_one("#monitor-table", DataTable)
@@ -81,6 +81,7 @@ class MonitorScreen(Screen[None]):
         self._update()
 
     def on_resize(self) -> None:
+        self.query_one(DevicesPanel).styles.grid_size_columns = 1 if self.size.width < 110 else 2
         self.query_one("#monitor-table", DataTable).clear(columns=True)
         self._update()
 

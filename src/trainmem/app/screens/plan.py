@@ -9,13 +9,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Static
 
 from trainmem.app import planning
 from trainmem.app.messages import ModelResolved, Solved
 from trainmem.app.targets import snapshot_targets
 from trainmem.app.widgets.breakdown import Breakdown, headline_text
 from trainmem.app.widgets.devices import DevicesPanel
+from trainmem.app.widgets.keybar import KeyBar
 from trainmem.app.widgets.plan_form import PlanForm
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.errors import PlanError
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from trainmem.app.app import TrainmemApp
 
 
-NARROW_WIDTH = 110  # as the app's HORIZONTAL_BREAKPOINTS
+NARROW_WIDTH = 110
 
 
 class PlanScreen(Screen[None]):
@@ -43,17 +44,17 @@ class PlanScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self._shown_version = -1
+        self._narrow: bool | None = None
         self._report: Report | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
         with Horizontal(id="body"):
             yield PlanForm(self.app.workspace.current.plan, id="form")
             with VerticalScroll(id="right"):
                 yield Static(id="headline", markup=False)
                 yield DevicesPanel(id="devices")
                 yield Breakdown(id="breakdown")
-        yield Footer(compact=True)
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one("#devices").border_title = "Devices"
@@ -147,8 +148,8 @@ class PlanScreen(Screen[None]):
         breakdown.show(report)
         self.query_one("#headline", Static).update(headline_text(report))
         self._refresh_devices()
-        if report.fit:
-            self._solve(plan, spec, self.app.snapshot)
+        if report.fit:  # after the repaint, so the worker never delays the figures
+            self.call_after_refresh(self._solve, plan, spec, self.app.snapshot)
 
     def _invalid(self, errors: dict[str, str]) -> None:
         self.query_one(PlanForm).show_errors(errors)
@@ -200,11 +201,20 @@ class PlanScreen(Screen[None]):
         self._refresh_devices()
 
     def on_resize(self) -> None:
-        # Narrow terminals stack everything in one scrolling column: the estimate goes first,
-        # as it answers the question; wide ones show the devices above it.
-        right = self.query_one("#right")
+        """Narrow terminals: one scrolling column with a one-line verdict on top and the
+        estimate before the devices; wide ones show the devices above the estimate.
+
+        Set as inline styles on the few widgets concerned rather than a screen class, which
+        would restyle every widget on each resize (and on the first frame)."""
+        narrow = self.size.width < NARROW_WIDTH
+        if narrow == self._narrow:
+            return
+        self._narrow = narrow
+        self.query_one(PlanForm).styles.width = 36 if narrow else 40
+        self.query_one("#headline").display = narrow
         devices, breakdown = self.query_one(DevicesPanel), self.query_one(Breakdown)
-        narrow = self.has_class("-narrow") or self.size.width < NARROW_WIDTH
+        devices.styles.grid_size_columns = 1 if narrow else 2
+        right = self.query_one("#right")
         first = breakdown if narrow else devices
         if right.children.index(first) != 1:  # after the headline
             right.move_child(first, after=right.children[0])

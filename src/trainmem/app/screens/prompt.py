@@ -23,7 +23,7 @@ class PromptScreen(ModalScreen[str | None]):
         with Vertical(id="prompt"):
             yield Label(self.question)
             field = Input(self.value, id="prompt-input")
-            field.cursor_blink = getattr(self.app, "cursor_blink", True)
+            field.cursor_blink = getattr(self.app, "cursor_blink", False)
             yield field
             yield Label("Enter to confirm · Escape to cancel", classes="hint")
 

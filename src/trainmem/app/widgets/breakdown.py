@@ -17,7 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from trainmem.app.widgets.bars import legend, stacked_bar, verdict_text
-from trainmem.app.widgets.devices import short_device_name
+from trainmem.app.widgets.devices import AtWidth, short_device_name
 from trainmem.core.estimator import Estimate
 from trainmem.core.fit import FitResult
 from trainmem.core.units import fmt_bytes, fmt_count
@@ -142,11 +142,13 @@ class EstimateBar(Widget):
         self.refresh(layout=True)
 
     def render(self) -> RenderableType:
+        return AtWidth(self._lines)
+
+    def _lines(self, width: int) -> list[Text]:
         if self.estimate is None:
-            return Text("")
-        width = max(10, self.size.width)
+            return [Text("")]
         comps = self.estimate.components
-        return Group(stacked_bar(comps, width), legend(comps, width))
+        return [stacked_bar(comps, max(10, width)), legend(comps, max(10, width))]
 
 
 class Breakdown(Vertical):

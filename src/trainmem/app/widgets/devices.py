@@ -7,10 +7,10 @@ recent history as a sparkline and the processes holding the most memory.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 from textual.containers import Container
 from textual.widget import Widget
@@ -18,8 +18,10 @@ from textual.widget import Widget
 from trainmem.app.widgets.bars import VERDICT_STYLE, sparkline, usage_bar
 from trainmem.core.fit import judge_fit
 from trainmem.core.units import fmt_bytes
-from trainmem.devices.sampler import HistoryPoint
 from trainmem.devices.snapshot import DeviceReading, ProcessReading, Snapshot
+
+if TYPE_CHECKING:
+    from trainmem.devices.sampler import HistoryPoint
 
 
 class HistorySource(Protocol):
@@ -68,23 +70,33 @@ class DevicePane(Widget):
     def update_reading(
         self, reading: DeviceReading, history: Sequence[int | None], plan_bytes: int | None
     ) -> None:
+        before = self._height()
         self.reading, self.history, self.plan_bytes = reading, history, plan_bytes
         self.set_class(low_free(reading), "-low")
-        self.refresh(layout=True)
+        # A new layout only when the pane changes height: a sample a second stays cheap.
+        self.refresh(layout=self._height() != before)
+
+    def _height(self) -> int:
+        return len(self._lines(80))  # every line is one row whatever the width
 
     def render(self) -> RenderableType:
+        # Drawn at the width Rich is given: asking the widget for its size here would make
+        # Textual lay out the screen again (slow, and stale while a layout is under way).
+        return AtWidth(self._lines)
+
+    def _lines(self, width: int) -> list[Text]:
         d = self.reading
-        width = max(10, self.size.width)
+        width = max(10, width)
         head = Text(no_wrap=True, overflow="ellipsis")
         head.append(f"{d.id} ", style="bold")
         head.append(short_device_name(d.name))
         if d.unavailable or d.total_bytes is None or d.used_bytes is None:
-            return Group(head, Text(f"unavailable: {d.unavailable or 'no memory reading'}"))
+            return [head, Text(f"unavailable: {d.unavailable or 'no memory reading'}")]
         total, used = d.total_bytes, d.used_bytes
         figures = f" {fmt_bytes(used)} / {fmt_bytes(total)} {100 * used / total:3.0f}%"
         head.truncate(max(1, width - len(figures)), overflow="ellipsis", pad=True)
         head.append(figures)
-        lines: list[RenderableType] = [head]
+        lines: list[Text] = [head]
         plan = self.plan_bytes
         verdict = None
         if plan is not None:
@@ -124,10 +136,20 @@ class DevicePane(Widget):
             lines.append(row)
         if d.kind == "gpu" and not d.processes:
             lines.append(Text("no processes", style="dim"))
-        return Group(*lines)
+        return lines
 
 
 HISTORY_POINTS = 240
+
+
+class AtWidth:
+    """A Rich renderable that builds its lines for the width it is rendered at."""
+
+    def __init__(self, build: Callable[[int], list[Text]]) -> None:
+        self.build = build
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from self.build(options.max_width)
 
 
 class DevicesPanel(Container):

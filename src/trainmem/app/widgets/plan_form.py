@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.suggester import Suggester
-from textual.widgets import Collapsible, Input, Label, Select, Static
+from textual.widgets import Collapsible, Input, Label, Static
 
+from trainmem.app.widgets.choice import Choice
 from trainmem.core.plan import ATTENTION, METHODS, OFFLOAD, OPTIMIZERS, PRECISIONS, Plan
 
 
@@ -38,7 +39,7 @@ FIELDS = (
     Field("precision", "Precision", "select", PRECISIONS, advanced=True),
     Field("optimizer", "Optimizer", "select", OPTIMIZERS, advanced=True),
     Field("lora_rank", "LoRA rank", "int", advanced=True),
-    Field("lora_targets", "LoRA targets", "text", advanced=True),
+    Field("lora_targets", "Targets", "text", advanced=True),
     Field("attn", "Attention", "select", ATTENTION, advanced=True),
     Field("gpus", "GPUs", "int", advanced=True),
     Field("zero", "ZeRO stage", "select", (0, 1, 2, 3), advanced=True),
@@ -53,6 +54,7 @@ FIELDS = (
     ),
 )
 FIELD_NAMES = tuple(f.name for f in FIELDS)
+LABEL_WIDTH = 11  # as grid-columns in app.tcss
 
 
 class WordSuggester(Suggester):
@@ -85,8 +87,9 @@ def parse_int(text: str) -> int:
     return int(cleaned)
 
 
-class PlanForm(VerticalScroll):
-    """Edits a Plan. Posts ``PlanForm.Edited`` on every change."""
+class PlanForm(VerticalScroll, can_focus=False):
+    """Edits a Plan. Posts ``PlanForm.Edited`` on every change. The form itself takes no
+    focus, so the first key typed lands in the model field."""
 
     class Edited(Message):
         """A field changed; ``PlanForm.read()`` gives the values."""
@@ -97,62 +100,60 @@ class PlanForm(VerticalScroll):
         self.model_suggester = WordSuggester([])
         self.device_suggester = WordSuggester([])
         self.targets_suggester = WordSuggester(["all-linear", "attention", "q,k,v,o"])
+        self._errors: dict[str, Static] = {}
+        self._edited = False  # typed into since the last load()
 
     def compose(self) -> ComposeResult:
-        basic = [f for f in FIELDS if not f.advanced]
-        advanced = [f for f in FIELDS if f.advanced]
-        for field in basic:
-            yield from self._row(field)
-        with Collapsible(title="Advanced", collapsed=False, id="advanced"):
-            for field in advanced:
+        for field in FIELDS:
+            if not field.advanced:
                 yield from self._row(field)
+        with Collapsible(title="Advanced", collapsed=False, id="advanced"):
+            for field in FIELDS:
+                if field.advanced:
+                    yield from self._row(field)
 
     def _row(self, field: Field) -> ComposeResult:
+        """A label and its control, side by side in the form's two-column grid."""
         value = getattr(self._plan, field.name)
         fid = f"f-{field.name}"
-        with Horizontal(classes="field"):
-            yield Label(field.label, classes="field-label")
-            if field.kind in ("select", "bool"):
-                # Booleans as on/off words rather than a checkbox: a tick drawn only in
-                # colour is invisible with NO_COLOR.
-                yield Select(
-                    field.choices if field.kind == "bool" else [(str(c), c) for c in field.choices],
-                    value=value,
-                    allow_blank=False,
-                    compact=True,
-                    id=fid,
-                )
-            else:
-                suggester = {
-                    "model": self.model_suggester,
-                    "device": self.device_suggester,
-                    "lora_targets": self.targets_suggester,
-                }.get(field.name)
-                field_input = Input(
-                    str(value),
-                    compact=True,
-                    id=fid,
-                    suggester=suggester,
-                    select_on_focus=False,
-                )
-                # Off in snapshots and screenshots: a blinking cursor is a clock.
-                field_input.cursor_blink = getattr(self.app, "cursor_blink", True)
-                yield field_input
-        yield Static("", id=f"err-{field.name}", classes="field-error", markup=False)
+        if field.kind in ("select", "bool"):
+            # Booleans read as words ("on"/"off"), not a tick drawn only in colour.
+            options = (
+                field.choices if field.kind == "bool" else [(str(c), c) for c in field.choices]
+            )
+            yield Choice(
+                options, value, label=field.label, label_width=LABEL_WIDTH, id=fid, classes="span"
+            )
+            return
+        yield Label(field.label, classes="field-label")
+        suggester = {
+            "model": self.model_suggester,
+            "device": self.device_suggester,
+            "lora_targets": self.targets_suggester,
+        }.get(field.name)
+        field_input = Input(
+            str(value), compact=True, id=fid, suggester=suggester, select_on_focus=False
+        )
+        # The app's choice (off by default; see TrainmemApp.__init__).
+        field_input.cursor_blink = getattr(self.app, "cursor_blink", False)
+        yield field_input
 
     # -- reading and writing ---------------------------------------------------------------
 
     def load(self, plan: Plan) -> None:
         """Show ``plan`` without posting Edited (e.g. another plan was selected)."""
+        if plan == self._plan and not self._edited:
+            return  # already on screen (the form was composed with it)
+        self._edited = False
         self._plan = plan
-        with self.prevent(Input.Changed, Select.Changed):
+        with self.prevent(Input.Changed, Choice.Changed):
             for field in FIELDS:
                 widget = self.query_one(f"#f-{field.name}")
                 value = getattr(plan, field.name)
                 if isinstance(widget, Input):
                     widget.value = str(value)
                     widget.cursor_position = len(widget.value)
-                elif isinstance(widget, Select):
+                elif isinstance(widget, Choice):
                     widget.value = value
         self.show_errors({})
 
@@ -171,26 +172,44 @@ class PlanForm(VerticalScroll):
                         errors[field.name] = str(exc)
                 else:
                     values[field.name] = text.strip()
-            elif isinstance(widget, Select):
+            elif isinstance(widget, Choice):
                 values[field.name] = widget.value
         return values, errors
 
     def show_errors(self, errors: dict[str, str]) -> None:
+        """Put each message on the line under its field; clear the others. Error lines are
+        mounted only when needed: most of the time there are none."""
         for field in FIELDS:
             message = errors.get(field.name)
-            err = self.query_one(f"#err-{field.name}", Static)
-            err.update(f"↳ {message}" if message else "")
-            err.display = bool(message)
-            self.query_one(f"#f-{field.name}").set_class(bool(message), "-invalid")
+            control = self.query_one(f"#f-{field.name}")
+            control.set_class(bool(message), "-invalid")
+            shown = self._errors.get(field.name)
+            if message and shown is None:
+                shown = self._errors[field.name] = Static(
+                    f"↳ {message}", id=f"err-{field.name}", classes="field-error", markup=False
+                )
+                control.parent.mount(shown, after=control)  # type: ignore[union-attr]
+            elif message and shown is not None:
+                shown.update(f"↳ {message}")
+            elif shown is not None:
+                del self._errors[field.name]
+                shown.remove()
         if any(f.advanced for f in FIELDS if f.name in errors):
             self.query_one("#advanced", Collapsible).collapsed = False
+
+    def error(self, name: str) -> str | None:
+        """The message shown under field ``name``, if any."""
+        shown = self._errors.get(name)
+        return str(shown.content)[2:] if shown is not None else None
 
     # -- events ------------------------------------------------------------------------------
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
+        self._edited = True
         self.post_message(self.Edited())
 
-    def on_select_changed(self, event: Select.Changed) -> None:
+    def on_choice_changed(self, event: Choice.Changed) -> None:
         event.stop()
+        self._edited = True
         self.post_message(self.Edited())
