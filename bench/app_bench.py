@@ -20,6 +20,7 @@ Each figure is reported with the ratio dashboard / bare. Targets: start-up and R
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import platform
@@ -131,11 +132,14 @@ class Pty:
             pass
 
     def close(self) -> None:
+        """Quit with ctrl+q; failing that, kill the child's process group. Never leave one
+        behind: an app whose terminal is gone may spin on its closed input."""
         try:
             os.write(self.master, b"\x11")  # ctrl+q
             self.proc.wait(5)
         except (OSError, subprocess.TimeoutExpired):
-            self.proc.send_signal(signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         os.close(self.master)
 

@@ -33,7 +33,8 @@ FIXED_COLUMNS = 66  # every column but the bar: widths, cell padding, border, sc
 
 class CompareScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "edit", "Edit", tooltip="Edit the highlighted plan in the plan view"),
+        # Enter works too (the table's row selection); "e" is what the key bar can show.
+        Binding("e", "edit", "Edit", tooltip="Edit the highlighted plan in the plan view"),
         Binding("a", "add", "Add", tooltip="Add a plan with the default settings"),
         Binding("d", "duplicate", "Duplicate", tooltip="Duplicate the highlighted plan"),
         Binding("r", "rename", "Rename", tooltip="Rename the highlighted plan"),

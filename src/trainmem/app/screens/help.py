@@ -16,9 +16,11 @@ if TYPE_CHECKING:
     from textual.dom import DOMNode
 
 INTRO = (
-    "Edit any field and the estimate updates at once. The device panes mark the plan's "
-    "predicted peak (┃, ▶ when it runs past the end) after what is already in use. "
-    "Ctrl+P opens the command palette: every action below is there too."
+    "Edit any field and the estimate updates at once; a field that cannot be used is marked "
+    "and explained under it while the last good estimate stays. Choices (◂ lora ▸) change "
+    "with ←/→, space or a click. The device panes mark the plan's predicted peak (┃, or ▶ "
+    "when it runs past the end) after what is already in use. Ctrl+P opens the command "
+    "palette: every action below is there too."
 )
 
 
@@ -50,6 +52,9 @@ class HelpScreen(ModalScreen[None]):
             table.add_row("", "")
         table.add_row("Ctrl+P", "command palette")
         table.add_row("Tab / Shift+Tab", "next / previous field")
+        table.add_row("← / →, space", "change a choice")
+        table.add_row("→ or End", "accept a model / device completion")
+        table.add_row("Enter", "in Compare: edit the highlighted plan")
         with VerticalScroll(id="help"):
             yield Static(INTRO, classes="hint")
             yield Static(table)
