@@ -1,4 +1,5 @@
-"""Dashboard tests: a deterministic machine, state files in a temp folder, no blinking cursor."""
+"""Dashboard tests: a deterministic machine; state and the HF cache are isolated by the root
+conftest (``TRAINMEM_STATE_DIR``, ``HF_HUB_CACHE``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from trainmem.app import TrainmemApp, make_app
 from trainmem.app.fixture import demo_sampler_factory
+from trainmem.plans_store import state_dir
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -24,16 +26,12 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     return True
 
 
-@pytest.fixture(autouse=True)
-def isolated_state(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Path:
-    """Session and plans files go to a temp folder; the Hugging Face cache is an empty one, so
-    a developer's own files never leak into tests."""
-    state = tmp_path_factory.mktemp("state")
-    monkeypatch.setenv("TRAINMEM_STATE_DIR", str(state))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.mktemp("hf-cache")))
-    return state
+@pytest.fixture
+def isolated_state() -> Path:
+    """The state folder, which the root conftest points at a temp dir for every test."""
+    path = state_dir()
+    assert "pytest" in str(path), "state must never be the developer's own"
+    return path
 
 
 @pytest.fixture
