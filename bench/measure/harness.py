@@ -440,6 +440,8 @@ def run_case(
         rec["error"] = f"{type(e).__name__}: {e}"[:2000]
         rec["traceback_tail"] = traceback.format_exc()[-1500:]
     gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec
 
@@ -461,56 +463,48 @@ def _full_recipes(seq: int, batch: int, gcs: tuple[bool, ...] = (False, True)) -
 def fake_vs_real_cases(quick: bool) -> list[Case]:
     """Small enough to run for real on 2 CPU cores; each runs twice (real and fake)."""
     s = "SmolLM2-135M"
+    if quick:
+        plans = [
+            Plan("full", "fp32", "adamw", 64, 1),
+            Plan("full", "bf16-mixed", "adamw", 64, 1, grad_ckpt=True),
+            lora("bf16", 16, "all-linear", seq_len=64, batch=2),
+        ]
+        return [(s, p, "real", 0) for p in plans]
     plans = [
         Plan("full", "fp32", "adamw", 128, 1),
         Plan("full", "bf16", "adamw", 128, 2),
-        Plan("full", "bf16-mixed", "adamw", 128, 1, grad_ckpt=True),
+        Plan("full", "bf16-mixed", "adamw", 128, 1),
+        Plan("full", "bf16", "adamw", 256, 1, grad_ckpt=True),
+        Plan("full", "fp32", "adamw-foreach", 64, 1),
+        Plan("full", "bf16", "sgd", 64, 1),
+        Plan("full", "bf16", "adamw", 128, 1, attn="eager"),
         lora("bf16", 16, "all-linear", seq_len=128, batch=2),
+        lora("bf16", 16, "all-linear", seq_len=256, batch=1, grad_ckpt=True),
+        lora("bf16-mixed", 8, "attention", seq_len=128, batch=1),
+        lora("bf16", 64, "all-linear", 0.05, seq_len=128, batch=1),
     ]
-    if not quick:
-        plans += [
-            Plan("full", "bf16", "adamw", 256, 1, grad_ckpt=True),
-            Plan("full", "bf16-mixed", "adamw", 256, 1),
-            Plan("full", "fp32", "adamw-foreach", 128, 1),
-            Plan("full", "bf16", "sgd", 128, 1),
-            Plan("full", "bf16", "adamw", 128, 1, attn="eager"),
-            lora("bf16", 16, "all-linear", seq_len=256, batch=1, grad_ckpt=True),
-            lora("bf16-mixed", 8, "attention", seq_len=128, batch=1),
-            lora("bf16", 64, "all-linear", 0.05, seq_len=128, batch=1),
-        ]
-    cases: list[Case] = [(s, p, "real", 0) for p in plans]
-    if not quick:
-        cases += [
-            ("Qwen2.5-0.5B", Plan("full", "bf16", "adamw", 128, 1), "real", 0),
-            (
-                "Qwen2.5-0.5B",
-                lora("bf16", 16, "all-linear", seq_len=128, batch=1, grad_ckpt=True),
-                "real",
-                0,
-            ),
-            ("Qwen3-0.6B", Plan("full", "bf16-mixed", "adamw", 64, 1), "real", 0),
-        ]
-    return cases
+    return [(s, p, "real", 0) for p in plans] + [
+        ("Qwen2.5-0.5B", Plan("full", "bf16", "adamw", 64, 1), "real", 0),
+        (
+            "Qwen3-0.6B",
+            lora("bf16-mixed", 16, "all-linear", seq_len=64, batch=1, grad_ckpt=True),
+            "real",
+            0,
+        ),
+    ]
 
 
 def qlora_cases(quick: bool) -> list[Case]:
-    out: list[Case] = [
-        ("SmolLM2-135M", qlora(kb, seq_len=128, batch=1, grad_ckpt=kb), "real", 0)
-        for kb in (False, True)
+    s = "SmolLM2-135M"
+    if quick:
+        return [(s, qlora(True, seq_len=64, batch=1, grad_ckpt=True), "real", 0)]
+    return [
+        (s, qlora(False, seq_len=128, batch=1, grad_ckpt=False), "real", 0),
+        (s, qlora(True, seq_len=128, batch=1, grad_ckpt=True), "real", 0),
+        (s, qlora(True, seq_len=128, batch=2, grad_ckpt=False), "real", 0),
+        (s, qlora(False, 64, "attention", seq_len=128, batch=1, grad_ckpt=True), "real", 0),
+        ("Qwen2.5-0.5B", qlora(True, seq_len=128, batch=1, grad_ckpt=True), "real", 0),
     ]
-    if not quick:
-        out += [
-            ("SmolLM2-135M", qlora(True, seq_len=256, batch=2, grad_ckpt=False), "real", 0),
-            (
-                "SmolLM2-135M",
-                qlora(False, 64, "attention", seq_len=256, batch=1, grad_ckpt=True),
-                "real",
-                0,
-            ),
-            ("Qwen2.5-0.5B", qlora(True, seq_len=128, batch=1, grad_ckpt=True), "real", 0),
-            ("Qwen2.5-0.5B", qlora(False, seq_len=128, batch=1, grad_ckpt=False), "real", 0),
-        ]
-    return out
 
 
 def analysis_cases() -> list[Case]:
@@ -526,56 +520,54 @@ def analysis_cases() -> list[Case]:
     ]
 
 
+SMALL = [
+    "SmolLM2-135M",
+    "Qwen2.5-0.5B",
+    "Qwen3-0.6B",
+    "Llama-3.2-1B",
+    "gemma-2-2b",
+    "Phi-3-mini-4k",
+]
+BIG = ["Llama-2-7b", "Mistral-7B-v0.3", "Qwen2.5-7B"]
+
+
 def fake_grid(quick: bool) -> list[Case]:
     cases: list[Case] = []
     if quick:
-        for m in ("Qwen2.5-0.5B", "Llama-3.2-1B", "Llama-2-7b"):
+        for m in ("Qwen2.5-0.5B", "Llama-2-7b"):
             cases += [(m, p, "fake", 0) for p in _full_recipes(512, 2, gcs=(False,))]
         return cases
-    small = [
-        "SmolLM2-135M",
-        "Qwen2.5-0.5B",
-        "Qwen3-0.6B",
-        "Llama-3.2-1B",
-        "gemma-2-2b",
-        "Phi-3-mini-4k",
-    ]
-    big = ["Llama-2-7b", "Mistral-7B-v0.3", "Qwen2.5-7B", "Llama-3.1-8B"]
-    for m in small + big:
+    for m in SMALL + BIG:
         attn = "eager" if m.startswith("gemma-2") else "sdpa"  # gemma-2 softcapping: sdpa refuses
-        for seq, batch in ((512, 2), (2048, 1)):
-            for p in _full_recipes(seq, batch):
-                p.attn = attn
-                cases.append((m, p, "fake", 0))
-        # LoRA variants, optimizers, attention, shapes
-        for p in (
+        plans = [
+            *_full_recipes(512, 2),
+            Plan("full", "bf16", "adamw", 2048, 1),
+            Plan("full", "bf16", "adamw", 2048, 1, grad_ckpt=True),
+            Plan("full", "bf16-mixed", "adamw", 2048, 1, grad_ckpt=True),
+            lora("bf16", 16, "all-linear", seq_len=2048, batch=1),
+            lora("bf16", 16, "all-linear", seq_len=2048, batch=1, grad_ckpt=True),
             lora("bf16", 8, "attention", seq_len=1024, batch=2),
-            lora("bf16", 64, "attention", seq_len=1024, batch=2, grad_ckpt=True),
-            lora("bf16", 64, "all-linear", seq_len=1024, batch=2),
+            lora("bf16", 64, "all-linear", seq_len=1024, batch=2, grad_ckpt=True),
             lora("bf16", 16, "all-linear", 0.05, seq_len=1024, batch=2),
             lora("bf16-mixed", 16, "all-linear", seq_len=1024, batch=2),
-            lora("bf16-mixed", 16, "all-linear", seq_len=1024, batch=2, grad_ckpt=True),
             Plan("full", "bf16", "adamw-foreach", 1024, 2),
-            Plan("full", "fp32", "adamw-foreach", 1024, 2),
             Plan("full", "bf16", "sgd", 1024, 2),
             Plan("full", "bf16", "adamw", 256, 8),
-            Plan("full", "bf16", "adamw", 4096, 1, grad_ckpt=True),
             lora("bf16", 16, "all-linear", seq_len=4096, batch=1, grad_ckpt=True),
-            lora("bf16", 16, "all-linear", seq_len=256, batch=8),
-        ):
+        ]
+        for p in plans:
             p.attn = attn
             cases.append((m, p, "fake", 0))
-        if m in ("Qwen2.5-0.5B", "Llama-3.2-1B", "Llama-2-7b", "Phi-3-mini-4k"):
-            for p in (
-                Plan("full", "bf16", "adamw", 1024, 2, attn="eager"),
-                Plan("full", "bf16-mixed", "adamw", 1024, 2, attn="eager", grad_ckpt=True),
-                lora("bf16", 16, "all-linear", seq_len=1024, batch=2, attn="eager"),
-            ):
-                cases.append((m, p, "fake", 0))
-        if m in ("gemma-2-2b",):
+        if m in ("Qwen2.5-0.5B", "Llama-3.2-1B", "Llama-2-7b"):
+            cases.append((m, Plan("full", "bf16", "adamw", 1024, 2, attn="eager"), "fake", 0))
             cases.append(
-                (m, Plan("full", "bf16", "adamw", 512, 2, attn="sdpa"), "fake", 0)
-            )  # expected to fail
+                (m, lora("bf16", 16, "all-linear", seq_len=1024, batch=2, attn="eager"), "fake", 0)
+            )
+        if m == "Llama-2-7b":
+            cases.append((m, Plan("full", "fp32", "adamw-foreach", 1024, 2), "fake", 0))
+            cases.append((m, Plan("full", "bf16", "adamw", 4096, 1, grad_ckpt=True), "fake", 0))
+        if m == "gemma-2-2b":  # sdpa + softcapping: expected to be refused by transformers
+            cases.append((m, Plan("full", "bf16", "adamw", 512, 2, attn="sdpa"), "fake", 0))
     return cases
 
 
@@ -692,12 +684,34 @@ def main(argv: list[str] | None = None) -> int:
         from cuda_stats import cuda_context_bytes
 
         context_bytes = cuda_context_bytes()
+    cmd = "python bench/measure/harness.py " + " ".join(
+        a for a in (argv if argv is not None else sys.argv[1:])
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(complete: bool) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "machine": machine(args.device),
+            "versions": versions(),
+            "command": cmd,
+            "complete": complete,  # false while running: the file is rewritten after each case
+            "models_json": str(MODELS_JSON),
+            "notes": NOTES,
+            "total_seconds": round(time.perf_counter() - t_all, 1),
+            "checks": {"fake_vs_real": fake_vs_real(records)},
+            "records": records,
+        }
+        if context_bytes is not None:
+            doc["cuda_context"] = context_bytes
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        tmp.replace(out)
+        return doc
+
     for name, plan, execution, top in cases:
         todo = [execution]
         if args.device == "cpu" and execution == "real" and plan.method != "qlora":
-            todo.append(
-                "fake"
-            )  # every real case is repeated with fake tensors: the agreement check
+            todo.append("fake")  # every real case is repeated with fake tensors: agreement check
         for ex in todo:
             rid = f"{name}/{plan.key()}/{ex}"
             if args.only and args.only not in rid:
@@ -714,23 +728,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"[{time.perf_counter() - t_all:7.1f}s] {rec['seconds']:7.2f}s  {msg}  {rid}",
                 flush=True,
             )
-    cmd = "python bench/measure/harness.py " + " ".join(
-        a for a in (argv if argv is not None else sys.argv[1:])
-    )
-    doc: dict[str, Any] = {
-        "machine": machine(args.device),
-        "versions": versions(),
-        "command": cmd,
-        "models_json": str(MODELS_JSON),
-        "notes": NOTES,
-        "total_seconds": round(time.perf_counter() - t_all, 1),
-        "checks": {"fake_vs_real": fake_vs_real(records)},
-        "records": records,
-    }
-    if context_bytes is not None:
-        doc["cuda_context"] = context_bytes
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
+            write(False)
+    doc = write(True)
     fv = doc["checks"]["fake_vs_real"]
     print(
         f"wrote {out}: {len(records)} records, {sum('error' in r for r in records)} errors, "
