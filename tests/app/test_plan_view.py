@@ -179,3 +179,43 @@ async def test_help_and_command_palette_list_the_actions(
         await pilot.press("escape")
         await pilot.pause()
         assert isinstance(app.screen, PlanScreen)
+
+
+async def test_pick_a_model_from_the_palette(demo_app: Callable[..., TrainmemApp]) -> None:
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("ctrl+l")
+        await settle(app, pilot)
+        await pilot.press(*"llama-3.1-8b")
+        await settle(app, pilot)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert shown_plan(app).model == "meta-llama/Llama-3.1-8B"
+
+
+async def test_models_in_the_local_cache_complete_and_resolve_off_the_ui_thread(
+    demo_app: Callable[..., TrainmemApp],
+) -> None:
+    import json
+    import os
+    from pathlib import Path
+
+    from trainmem.core import catalog
+
+    snapshot_dir = Path(os.environ["HF_HUB_CACHE"]) / "models--acme--tiny-lm" / "snapshots" / "a1"
+    snapshot_dir.mkdir(parents=True)
+    small = catalog.find("Qwen/Qwen2.5-0.5B")
+    assert small is not None
+    (snapshot_dir / "config.json").write_text(json.dumps(small.config))
+    app = demo_app(scan_hf_cache=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        assert "acme/tiny-lm" in app.model_names()
+        form = app.screen.query_one(PlanForm)
+        assert await form.model_suggester.get_suggestion("acme/t") == "acme/tiny-lm"
+        set_field(app, "model", "acme/tiny-lm")
+        await settle(app, pilot)
+        assert shown_plan(app).model == "acme/tiny-lm"
+        assert app.screen.report is not None  # type: ignore[attr-defined]
+        assert app.screen.report.estimate.model.source == "hf-cache"  # type: ignore[attr-defined]

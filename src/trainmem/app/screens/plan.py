@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.command import CommandPalette, Provider
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 from trainmem.app import planning
+from trainmem.app.commands import ModelCommands
 from trainmem.app.messages import ModelResolved, Solved
 from trainmem.app.targets import snapshot_targets
 from trainmem.app.widgets.breakdown import Breakdown, headline_text
@@ -37,7 +40,12 @@ class PlanScreen(Screen[None]):
         Binding("f5", "cycle_plan(-1)", "Prev", tooltip="Edit the previous plan"),
         Binding("f6", "cycle_plan(1)", "Next", tooltip="Edit the next plan"),
         Binding("ctrl+r", "reset_plan", "Reset", tooltip="Reset this plan to the defaults"),
+        Binding(
+            "ctrl+l", "pick_model", "Models", tooltip="Pick a model from the catalogue or cache"
+        ),
     ]
+
+    COMMANDS: ClassVar[set[type[Provider] | Callable[[], type[Provider]]]] = {ModelCommands}
 
     app: TrainmemApp
 
@@ -98,6 +106,15 @@ class PlanScreen(Screen[None]):
         ws = self.app.workspace
         ws.select((ws.selected + step) % len(ws.plans))
         self.app.plans_changed()
+
+    def action_pick_model(self) -> None:
+        self.app.push_screen(CommandPalette(providers=[ModelCommands], placeholder="Pick a model…"))
+
+    def set_model(self, model: str) -> None:
+        """Put ``model`` in the form, as if typed (the estimate follows)."""
+        field = self.query_one("#f-model", Input)
+        field.value = model
+        field.cursor_position = len(model)
 
     def action_reset_plan(self) -> None:
         self.app.workspace.update_current(Plan())
