@@ -25,7 +25,7 @@ from trainmem.core.plan import Plan
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
 
 FORMAT_VERSION = 1
 

@@ -225,12 +225,14 @@ class CompareScreen(Screen[None]):
 
     def action_export(self, kind: str) -> None:
         default = Path.cwd() / f"trainmem-comparison.{kind}"
+
+        def chosen(text: str | None) -> None:
+            if text:
+                self._export(kind, Path(text).expanduser())
+
+        what = "Markdown" if kind == "md" else "JSON"
         self.app.push_screen(
-            PromptScreen(
-                f"Export the comparison as {'Markdown' if kind == 'md' else 'JSON'} to",
-                str(default),
-            ),
-            lambda text: self._export(kind, Path(text).expanduser()) if text else None,
+            PromptScreen(f"Export the comparison as {what} to", str(default)), chosen
         )
 
     @work(thread=True, exclusive=True, group="export", exit_on_error=False)
