@@ -163,3 +163,22 @@ def test_autocast_keeps_16bit_weight_copies_during_forward():
     assert mixed.component("weights") == fp32.component("weights") == 4 * P
     lora_mixed = estimate(plan(method="lora", precision="bf16-mixed"), SPEC)
     assert lora_mixed.component("weights") == 2 * P  # a 16-bit base: nothing to copy
+
+
+def test_lora_dropout_keeps_a_copy_and_what_backward_needs():
+    def saved(dropout, kernels):
+        p = plan(method="lora", lora_targets="q", lora_dropout=dropout)
+        return layer_activations(SPEC, p, dtypes(p), kernels).saved
+
+    # q alone: its fp32 input cast (4 bytes), then the dropped-out copy plus the mask
+    assert saved(0.05, "cuda") - saved(0.0, "cuda") == (4 + 1 - 4) * H  # 1-byte bool mask
+    assert saved(0.05, "cpu") - saved(0.0, "cpu") == (4 + 4 - 4) * H  # fp32 noise tensor
+
+
+def test_lora_under_autocast_saves_16bit_copies_per_target():
+    bf16 = plan(method="lora", lora_targets="q,k,v")
+    mixed = plan(method="lora", lora_targets="q,k,v", precision="bf16-mixed")
+    diff = layer_activations(SPEC, bf16, dtypes(bf16)).saved - (
+        layer_activations(SPEC, mixed, dtypes(mixed)).saved
+    )
+    assert diff == 3 * (4 - 2) * H  # three fp32 input casts become three bf16 copies

@@ -66,6 +66,8 @@ def test_count_assumes_dimensions_and_keeps_the_count():
         # PEFT's print_trainable_parameters for r=16 on all linear layers.
         ("meta-llama/Llama-3.1-8B", 41_943_040),
         ("Qwen/Qwen2.5-7B", 40_370_176),
+        # Phi-3 fuses qkv_proj and gate_up_proj: one adapter pair each
+        ("microsoft/Phi-3-mini-4k-instruct", 25_165_824),
     ],
 )
 def test_lora_adapter_counts(hf_id, expected):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainmem.core.architecture import ModelSpec
+from trainmem.core.architecture import PARTS, ModelSpec
 from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes
 
@@ -29,26 +29,32 @@ class LayerActivations:
     attention_scores: int  # eager attention only: bytes per token per key position
 
 
-def _input_saves(plan: Plan, dt: Dtypes, width: int, x_bytes: int, users: list[str]) -> int:
-    """Bytes saved for the input (``width`` wide) shared by the linears ``users``.
+def _input_saves(
+    plan: Plan, dt: Dtypes, width: int, x_bytes: int, users: list[str], kernels: str
+) -> int:
+    """Bytes saved for the input (``width`` wide) shared by the linears named ``users``.
 
     Full fine-tuning saves it once for the weight gradients (autocast: one 16-bit copy per
     linear, since autocast caches only leaf weights). LoRA saves it in each targeted layer's
-    adapter, cast to fp32 once per layer when it is not fp32 already; with dropout each layer
-    keeps its own dropped-out copy and a 1-byte mask.
+    adapter, cast to fp32 once per layer when it is not fp32 already (under autocast lora_A
+    then runs on, and saves, a 16-bit copy of that cast). With dropout each layer keeps its
+    dropped-out copy and what dropout's backward needs: on CUDA ``native_dropout``'s 1-byte
+    mask, on CPU an input-sized noise tensor (aten/src/ATen/native/Dropout.cpp).
     """
     if plan.method == "full":
         if dt.autocast and x_bytes == 4:
             return len(users) * 2 * width
         return x_bytes * width
-    targets = [u for u in users if u in plan.target_modules]
+    targets = [u for u in users if set(PARTS.get(u, (u,))) & set(plan.target_modules)]
     if not targets:
         return 0
+    saved = 2 if dt.autocast else ADAPTER_BYTES
     if plan.lora_dropout > 0:
-        return len(targets) * (ADAPTER_BYTES + 1) * width
-    if x_bytes == ADAPTER_BYTES:
-        return ADAPTER_BYTES * width
-    return len(targets) * ADAPTER_BYTES * width
+        keep = 1 if kernels == "cuda" else ADAPTER_BYTES
+        return len(targets) * (saved + keep) * width
+    if x_bytes == saved and not dt.autocast:
+        return saved * width  # already in the adapter's dtype: one tensor for all
+    return len(targets) * saved * width
 
 
 def _norm_saves(spec: ModelSpec, plan: Plan, dt: Dtypes, width: int) -> int:
@@ -60,14 +66,16 @@ def _norm_saves(spec: ModelSpec, plan: Plan, dt: Dtypes, width: int) -> int:
     return 4 * width + (normalised * width if plan.method == "full" else 0)
 
 
-def layer_activations(spec: ModelSpec, plan: Plan, dt: Dtypes) -> LayerActivations:
+def layer_activations(
+    spec: ModelSpec, plan: Plan, dt: Dtypes, kernels: str = "cuda"
+) -> LayerActivations:
     h, qd, kvd = spec.hidden, spec.q_dim, spec.kv_dim
     e, r = dt.act, dt.resid
     attn_e = 2 if dt.autocast else e  # SDPA runs on 16-bit copies under autocast
     saved = spec.norms_per_layer * _norm_saves(spec, plan, dt, h)
 
     # Attention: q/k/v projections share the normalised input.
-    saved += _input_saves(plan, dt, h, r, ["q", "k", "v"])
+    saved += _input_saves(plan, dt, h, r, ["qkv"] if spec.fused else ["q", "k", "v"], kernels)
     if spec.qk_norm != "none":
         saved += _norm_saves(spec, plan, dt, qd + kvd)
     eager = plan.attn == "eager"
@@ -76,22 +84,24 @@ def layer_activations(spec: ModelSpec, plan: Plan, dt: Dtypes) -> LayerActivatio
     saved += attn_e * qd  # attention output (also o_proj's input)
     saved += 4 * spec.heads  # log-sum-exp per query row (fp32)
     if plan.method != "full":  # full fine-tuning's o_proj saves the output above itself
-        saved += _input_saves(plan, dt, qd, attn_e, ["o"])
+        saved += _input_saves(plan, dt, qd, attn_e, ["o"], kernels)
 
     # MLP: gate/up share the normalised input; act(gate), act*up and up are saved.
-    saved += _input_saves(plan, dt, h, r, ["gate", "up"])
+    saved += _input_saves(plan, dt, h, r, ["gate_up"] if spec.fused else ["gate", "up"], kernels)
     if spec.is_moe:
         k, i = spec.experts_per_token, spec.expert_intermediate
         saved += k * (3 * e * i + r * h)  # per routed copy of the token
-        saved += k * _input_saves(plan, dt, i, e, ["down"]) + 4 * spec.experts
+        saved += k * _input_saves(plan, dt, i, e, ["down"], kernels) + 4 * spec.experts
     else:
         i = spec.intermediate
-        saved += 3 * e * i + _input_saves(plan, dt, i, e, ["down"])
+        saved += 3 * e * i + _input_saves(plan, dt, i, e, ["down"], kernels)
 
     scores = 0
     if eager:
         # fp32 softmax output (saved by softmax) and its 16-bit copy (saved by the matmul).
         scores = spec.heads * (4 + (attn_e if attn_e != 4 else 0))
+        if spec.attn_logit_softcap:
+            scores += spec.heads * attn_e  # Gemma 2's tanh soft-cap saves its output
     i_eff = spec.expert_intermediate * spec.experts_per_token if spec.is_moe else spec.intermediate
     return LayerActivations(
         saved=saved,

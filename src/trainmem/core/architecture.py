@@ -20,6 +20,9 @@ _NORMS_PER_LAYER = {"gemma2": 4, "gemma3_text": 4, "gemma3": 4}
 _QKV_BIAS = {"qwen2", "qwen2_moe"}  # Qwen2 always biases q/k/v, regardless of config
 _QK_NORM_HEAD = {"qwen3", "qwen3_moe", "gemma3_text", "gemma3"}  # RMSNorm over head_dim
 _QK_NORM_FULL = {"olmo2"}  # RMSNorm over the whole q / k projection width
+_FUSED = {"phi3"}  # one qkv_proj and one gate_up_proj Linear (modeling_phi3.py)
+# What a fused Linear stands for, so LoRA targets and input casts follow the real modules.
+PARTS = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
 _KNOWN = {
     "llama",
     "mistral",
@@ -53,6 +56,10 @@ class Linear:
     def params(self) -> int:
         return self.count * (self.in_features * self.out_features + self.bias * self.out_features)
 
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return PARTS.get(self.name, (self.name,))
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -81,6 +88,8 @@ class ModelSpec:
     expert_bias: bool = False
     attention_sinks: bool = False
     final_logit_softcap: bool = False
+    attn_logit_softcap: bool = False  # Gemma 2: tanh on the scores (eager attention only)
+    fused: bool = False  # qkv and gate/up projections are single Linear layers
     dtype: str = "bf16"  # the checkpoint's dtype
     hf_id: str | None = None
     source: str = "config"  # catalogue | config | safetensors | count | hf-cache
@@ -108,12 +117,15 @@ class ModelSpec:
     def _linears(self) -> tuple[Linear, ...]:
         # cached_property writes the instance __dict__ directly, so it works on a frozen class
         h = self.hidden
-        layers = [
-            Linear("q", h, self.q_dim, self.qkv_bias),
-            Linear("k", h, self.kv_dim, self.qkv_bias),
-            Linear("v", h, self.kv_dim, self.qkv_bias),
-            Linear("o", self.q_dim, h, self.o_bias),
-        ]
+        if self.fused:
+            layers = [Linear("qkv", h, self.q_dim + 2 * self.kv_dim, self.qkv_bias)]
+        else:
+            layers = [
+                Linear("q", h, self.q_dim, self.qkv_bias),
+                Linear("k", h, self.kv_dim, self.qkv_bias),
+                Linear("v", h, self.kv_dim, self.qkv_bias),
+            ]
+        layers.append(Linear("o", self.q_dim, h, self.o_bias))
         if self.is_moe:
             e, i = self.experts, self.expert_intermediate
             layers += [
@@ -132,11 +144,11 @@ class ModelSpec:
                 ]
         else:
             i = self.intermediate
-            layers += [
-                Linear("gate", h, i, self.mlp_bias),
-                Linear("up", h, i, self.mlp_bias),
-                Linear("down", i, h, self.mlp_bias),
-            ]
+            if self.fused:
+                layers.append(Linear("gate_up", h, 2 * i, self.mlp_bias))
+            else:
+                layers += [Linear("gate", h, i, self.mlp_bias), Linear("up", h, i, self.mlp_bias)]
+            layers.append(Linear("down", i, h, self.mlp_bias))
         return tuple(layers)
 
     def layer_norm_params(self) -> int:
@@ -262,6 +274,8 @@ def spec_from_config(
         expert_bias=model_type == "gpt_oss",
         attention_sinks=model_type == "gpt_oss",
         final_logit_softcap=bool(cfg.get("final_logit_softcapping")),
+        attn_logit_softcap=bool(cfg.get("attn_logit_softcapping")),
+        fused=model_type in _FUSED,
         dtype=_dtype_name(cfg.get("torch_dtype") or cfg.get("dtype")),
         hf_id=hf_id,
         source=source,

@@ -64,11 +64,13 @@ class Estimate:
         return self.rule_of_thumb_bytes if self.plan.rule_of_thumb else self.device_bytes
 
 
-def estimate(plan: Plan, spec: ModelSpec) -> Estimate:
+def estimate(plan: Plan, spec: ModelSpec, kernels: str = "cuda") -> Estimate:
+    """Estimate one training step. ``kernels="cpu"`` models CPU kernels where they keep
+    different tensors (dropout), for comparison with measurements taken on a CPU."""
     plan = plan.validated()
     dt = dtypes(plan)
     st = model_states(spec, plan, dt)
-    la = layer_activations(spec, plan, dt)
+    la = layer_activations(spec, plan, dt, kernels)
     ha = head_activations(spec, plan, dt)
     tokens = plan.batch * plan.seq_len
     layers = spec.layers

@@ -55,7 +55,7 @@ def trainable_matrices(spec: ModelSpec, plan: Plan) -> list[Matrix]:
         r, targets = plan.lora_rank, set(plan.target_modules)
         out: list[Matrix] = []
         for lin in spec.linears():
-            if lin.name in targets:
+            if targets & set(lin.parts):
                 n = lin.count * spec.layers
                 out += [Matrix(r, lin.in_features, n), Matrix(lin.out_features, r, n)]
         return out
