@@ -7,33 +7,12 @@ dashboard already has a fresh snapshot, so ``auto`` is answered from it.
 from __future__ import annotations
 
 from trainmem.devices.snapshot import Snapshot
-from trainmem.devices.target import DeviceTarget, parse_device_spec
+from trainmem.devices.target import DeviceTarget, parse_device_spec, targets_from_readings
 
 
 def snapshot_targets(snapshot: Snapshot | None) -> list[DeviceTarget]:
-    """GPUs (each MIG slice), else unified memory, else CPU RAM: as ``detect_targets``."""
-    if snapshot is None:
-        return []
-    targets: list[DeviceTarget] = []
-    for d in snapshot.devices:
-        if d.kind == "system" or d.unavailable is not None or not d.total_bytes:
-            continue
-        if d.kind == "unified":
-            targets.append(DeviceTarget.unified(d.name, d.total_bytes))
-        elif d.mig:
-            targets.extend(
-                DeviceTarget.gpu(f"{d.id} {m.name or f'MIG {m.index}'}", m.total_bytes)
-                for m in d.mig
-                if m.total_bytes
-            )
-        else:
-            targets.append(DeviceTarget.gpu(f"{d.id} {d.name}", d.total_bytes))
-    if targets:
-        return targets
-    ram = next((d for d in snapshot.devices if d.kind == "system" and d.total_bytes), None)
-    if ram is None or ram.total_bytes is None:
-        return []
-    return [DeviceTarget.system("CPU RAM (no GPU found)", ram.total_bytes)]
+    """``auto`` answered from the latest sample, as ``detect_targets`` would from hardware."""
+    return targets_from_readings(snapshot.devices) if snapshot else []
 
 
 def plan_targets(spec: str, snapshot: Snapshot | None) -> list[DeviceTarget]:

@@ -12,7 +12,10 @@ from typing import TYPE_CHECKING, Literal
 from trainmem.core.units import parse_size
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from trainmem.devices.nvml import NvmlReader
+    from trainmem.devices.snapshot import DeviceReading
     from trainmem.devices.system import SystemReader
 
 TargetKind = Literal["gpu", "unified", "system"]
@@ -104,6 +107,15 @@ def detect_targets(
     from trainmem.devices.sampler import read_devices  # reads hardware: only when asked
 
     devices, _status = read_devices(nvml, system, apple=apple)
+    targets = targets_from_readings(devices)
+    if not targets:
+        raise ValueError("auto: no GPU found and system memory is not readable; give a size")
+    return targets
+
+
+def targets_from_readings(devices: Sequence[DeviceReading]) -> list[DeviceTarget]:
+    """What ``auto`` means for these readings (also the dashboard's latest sample): every
+    GPU (each MIG slice), else unified memory, else CPU RAM; empty if nothing is readable."""
     targets: list[DeviceTarget] = []
     for d in devices:
         if d.kind == "system" or d.unavailable is not None or not d.total_bytes:
@@ -122,5 +134,5 @@ def detect_targets(
         return targets
     ram = next((d for d in devices if d.kind == "system" and d.total_bytes), None)
     if ram is None or ram.total_bytes is None:
-        raise ValueError("auto: no GPU found and system memory is not readable; give a size")
+        return []
     return [DeviceTarget.system("CPU RAM (no GPU found)", ram.total_bytes)]
