@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainmem.core import whatif
+from trainmem.core import catalog, whatif
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.estimator import Estimate, estimate
 from trainmem.core.fit import FitResult, judge_fit
@@ -35,6 +35,7 @@ class Report:
                 "active_params": spec.active_params,
                 "assumed_dimensions": spec.assumed,
                 "architecture": _architecture(spec),
+                "catalogue": _catalogue(spec),
             },
             "plan": est.plan.to_dict(),
             "components": [
@@ -72,6 +73,14 @@ class Report:
             "what_if": self.what_if,
             "notes": list(est.notes),
         }
+
+
+def _catalogue(spec: ModelSpec) -> dict[str, Any] | None:
+    """The published figure and why it differs from the count, for catalogue models."""
+    entry = catalog.find(spec.hf_id) if spec.source == "catalogue" and spec.hf_id else None
+    if entry is None:
+        return None
+    return {"published": entry.published_text, "notes": list(entry.notes)}
 
 
 def _architecture(spec: ModelSpec) -> dict[str, Any]:

@@ -19,6 +19,7 @@ def test_json_contract(capsys):
     assert set(out) >= {"model", "plan", "components", "peak", "rule_of_thumb_bytes", "fit"}
     assert set(out["model"]) >= {"name", "source", "params", "trainable_params"}
     assert out["model"]["params"] == 7_615_616_512
+    assert out["model"]["catalogue"]["published"].startswith("Number of Parameters: 7.61B")
     assert out["plan"]["method"] == "lora" and out["plan"]["seq_len"] == 2048
     for c in out["components"]:
         assert set(c) == {"name", "bytes", "kind"} and isinstance(c["bytes"], int)
