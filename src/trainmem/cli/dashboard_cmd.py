@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from trainmem.cli.main import Parser
-from trainmem.cli.plan_args import add_plan_arguments, plan_from_args
+from trainmem.cli.plan_args import add_plan_arguments, plan_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
 from trainmem.plans_store import (
     NamedPlan,
@@ -41,8 +41,9 @@ def _interval(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog=PROG,
-        description="The dashboard: plan a training run and watch the GPUs. Subcommands: "
-        "plan, devices (see trainmem-tui plan --help).",
+        description="The dashboard: plan a training run and watch the GPUs. Headless "
+        "subcommands: `trainmem-tui plan` (estimate one plan, --json for scripts) and "
+        "`trainmem-tui devices` (this machine's memory, --watch to log it); each has --help.",
     )
     add_plan_arguments(parser)
     parser.add_argument(
@@ -79,6 +80,11 @@ def startup(argv: list[str]) -> Startup:
         cli_plan = plan_from_args(ns) if _plan_flags_given(parser, argv) else None
     except PlanError as exc:
         parser.error(str(exc))
+    if cli_plan is not None and ns.download:  # fetched before the UI starts, never on it
+        try:
+            resolve_for_args(ns, cli_plan)
+        except (PlanError, ValueError) as exc:
+            parser.error(str(exc))
     messages: list[tuple[str, str]] = []
     broken: list[Path] = []
     plan_set: PlanSet | None = None

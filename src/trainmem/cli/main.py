@@ -36,7 +36,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and (args[0] in SUBCOMMANDS or args[0] in ("-h", "--help", "--version")):
+    # `--help` goes to the dashboard's parser: it lists the plan flags and names the commands.
+    if args and (args[0] in SUBCOMMANDS or args[0] == "--version"):
         ns = build_parser(args[0] if args[0] in SUBCOMMANDS else None).parse_args(args)
         return int(ns.run(ns))
     # No subcommand: the dashboard, which takes the plan flags too. Imported lazily so the
