@@ -8,7 +8,7 @@ from trainmem.cli.main import main
 def test_help_lists_dashboard_flags_and_commands(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--help"])
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps the description
     assert done.value.code == 0
     for text in ("--model", "--compare", "--interval", "trainmem-tui plan", "trainmem-tui devices"):
         assert text in out
