@@ -13,12 +13,14 @@ its 16-bit copy. Sizes are bytes per token unless named otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from trainmem.core.architecture import PARTS, ModelSpec
 from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes
 
 ADAPTER_BYTES = 4  # PEFT keeps adapters in fp32 and casts their input to it
+Kernels = Literal["cuda", "cpu"]  # whose kernels decide what is saved
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ class LayerActivations:
 
 
 def _input_saves(
-    plan: Plan, dt: Dtypes, width: int, x_bytes: int, users: list[str], kernels: str
+    plan: Plan, dt: Dtypes, width: int, x_bytes: int, users: list[str], kernels: Kernels
 ) -> int:
     """Bytes saved for the input (``width`` wide) shared by the linears named ``users``.
 
@@ -67,7 +69,7 @@ def _norm_saves(spec: ModelSpec, plan: Plan, dt: Dtypes, width: int) -> int:
 
 
 def layer_activations(
-    spec: ModelSpec, plan: Plan, dt: Dtypes, kernels: str = "cuda"
+    spec: ModelSpec, plan: Plan, dt: Dtypes, kernels: Kernels = "cuda"
 ) -> LayerActivations:
     h, qd, kvd = spec.hidden, spec.q_dim, spec.kv_dim
     e, r = dt.act, dt.resid

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainmem.core.activations import autocast_copy_bytes, head_activations, layer_activations
+from trainmem.core.activations import (
+    Kernels,
+    autocast_copy_bytes,
+    head_activations,
+    layer_activations,
+)
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.plan import Plan
 from trainmem.core.precision import dtypes
@@ -64,9 +69,11 @@ class Estimate:
         return self.rule_of_thumb_bytes if self.plan.rule_of_thumb else self.device_bytes
 
 
-def estimate(plan: Plan, spec: ModelSpec, kernels: str = "cuda") -> Estimate:
+def estimate(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Estimate:
     """Estimate one training step. ``kernels="cpu"`` models CPU kernels where they keep
     different tensors (dropout), for comparison with measurements taken on a CPU."""
+    if kernels not in ("cuda", "cpu"):
+        raise ValueError(f"kernels must be 'cuda' or 'cpu', not {kernels!r}")
     plan = plan.validated()
     dt = dtypes(plan)
     st = model_states(spec, plan, dt)
