@@ -248,6 +248,20 @@ def build(entry: dict[str, Any], plan: Plan, device: str) -> tuple[torch.nn.Modu
         info["adapter_dtype"] = next(
             str(p.dtype).replace("torch.", "") for n, p in model.named_parameters() if "lora_" in n
         )
+        # distinct suffixes of what PEFT wrapped: modules (q_proj, ..., down_proj) and, for MoE models
+        # with fused 3-D expert weights, parameters (peft 0.21 turns "all-linear" on mixtral /
+        # qwen*_moe into target_parameters: "experts.gate_up_proj", "experts.down_proj", "gate.weight")
+        info["lora_targeted"] = sorted(
+            {n.rsplit(".", 1)[-1] for n in getattr(model, "targeted_module_names", [])}
+            | {".".join(n.split(".")[-2:]) for n in getattr(model, "targeted_parameter_names", [])}
+        )
+        pc = model.peft_config.get("default") if hasattr(model, "peft_config") else None
+        if pc is not None and getattr(pc, "rank_pattern", None):
+            info["lora_rank_pattern"] = dict(pc.rank_pattern)  # e.g. fused gate_up_proj gets 2r
+    experts = [type(m).__name__ for m in model.modules() if type(m).__name__.endswith("Experts")]
+    if experts:  # MoE: which experts forward transformers dispatches to (eager loop / grouped_mm / ...)
+        info["experts_implementation"] = getattr(config, "_experts_implementation", None)
+        info["experts_class"] = experts[0]
     # Trainer order: PEFT wrapping happens before Trainer, which then enables checkpointing
     if plan.grad_ckpt and not (plan.method == "qlora" and plan.kbit_prep):
         _enable_gc(model)
@@ -430,6 +444,9 @@ def run_case(
                 meas["loss"] = float(loss)
             if info.get("gc_via"):
                 meas["gc_via"] = info["gc_via"]
+            for k in ("lora_targeted", "lora_rank_pattern", "experts_implementation", "experts_class"):
+                if k in info:
+                    meas[k] = info[k]
             if top:
                 meas["top_at_peak"] = tr.top_at_peak(top)
             if cuda_stats is not None:
@@ -571,11 +588,35 @@ def fake_grid(quick: bool) -> list[Case]:
     return cases
 
 
+MOE = ["Qwen3-30B-A3B", "Mixtral-8x7B", "gpt-oss-20b"]
+
+
+def moe_cases() -> list[Case]:
+    """Mixture-of-experts models, fake execution.  Full nogc and LoRA all-linear nogc keep the
+    40 largest live groups at the peak (top_at_peak): full peaks at the end of backward (grads),
+    LoRA at its start (saved activations: the per-layer MoE breakdown).
+    gpt-oss declares _supports_sdpa = False (attention sinks): eager attention."""
+    cases: list[Case] = []
+    for m in MOE:
+        attn = "eager" if m.startswith("gpt-oss") else "sdpa"
+        plans = [
+            (Plan("full", "bf16", "adamw", 512, 2, attn=attn), 40),
+            (Plan("full", "bf16", "adamw", 512, 2, grad_ckpt=True, attn=attn), 0),
+            (lora("bf16", 16, "all-linear", seq_len=1024, batch=1, attn=attn), 40),
+            (lora("bf16", 16, "all-linear", seq_len=1024, batch=1, grad_ckpt=True, attn=attn), 0),
+            (lora("bf16", 16, "attention", seq_len=2048, batch=1, attn=attn), 0),
+        ]
+        cases += [(m, p, "fake", top) for p, top in plans]
+    return cases
+
+
 def cases_for(subset: str) -> list[Case]:
     if subset == "quick":
         return fake_vs_real_cases(True) + qlora_cases(True) + analysis_cases()[:1] + fake_grid(True)
     if subset == "full":
         return fake_vs_real_cases(False) + qlora_cases(False) + analysis_cases() + fake_grid(False)
+    if subset == "moe":
+        return moe_cases()
     if subset == "gpu":
         from cuda_stats import gpu_cases
 
@@ -654,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--subset", choices=["quick", "full", "gpu"], default="quick")
+    ap.add_argument("--subset", choices=["quick", "full", "gpu", "moe"], default="quick")
     ap.add_argument("--out", default=None)
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
@@ -767,6 +808,13 @@ NOTES = {
         "bf16 compute); real execution only"
     ),
     "fake": "FakeTensorMode: same python/aten code path, shapes only; see checks.fake_vs_real",
+    "moe": (
+        "subset moe: fake execution only; measured.experts_implementation / experts_class = how "
+        "transformers runs the experts (grouped_mm is its default); measured.lora_targeted = "
+        "distinct suffixes of peft_model.targeted_module_names and targeted_parameter_names (peft 0.21 "
+        "maps all-linear on mixtral/qwen3_moe to the fused expert parameters + router weight, with "
+        "rank and alpha doubled on gate_up_proj: lora_rank_pattern)"
+    ),
 }
 
 
