@@ -13,7 +13,7 @@ screenshots:
 # The accuracy table from the recorded measurements (no torch needed).
 accuracy:
 	./scripts/run.sh --version >/dev/null && .venv/bin/python bench/accuracy/compare.py \
-		bench/results/measure-cpu.json --out docs/accuracy.md
+		bench/results/measure-cpu.json bench/results/measure-cpu-moe.json --out docs/accuracy.md
 
 # Re-measure real training steps on CPU (installs torch's CPU wheel into .measure-venv).
 measure:

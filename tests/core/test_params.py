@@ -74,3 +74,21 @@ def test_lora_adapter_counts(hf_id, expected):
     spec = catalog.find(hf_id).spec()
     mats = trainable_matrices(spec, Plan(model=hf_id, lora_rank=16).validated())
     assert sum(m.numel for m in mats) == expected
+
+
+@pytest.mark.parametrize(
+    ("hf_id", "targets", "expected"),
+    [
+        # measured with peft 0.21 / transformers 5.24 (bench/results/measure-cpu-moe.json):
+        # all-linear adapts the fused 3-D experts (rank doubled on gate_up) and the router
+        ("Qwen/Qwen3-30B-A3B", "all-linear", 996_507_648),
+        ("Qwen/Qwen3-30B-A3B", "attention", 13_369_344),
+        ("mistralai/Mixtral-8x7B-v0.1", "all-linear", 359_665_664),
+        # gpt-oss: neither its router nor its experts are adapted by all-linear
+        ("openai/gpt-oss-20b", "all-linear", 7_962_624),
+    ],
+)
+def test_moe_lora_adapter_counts(hf_id, targets, expected):
+    spec = catalog.find(hf_id).spec()
+    plan = Plan(model=hf_id, lora_rank=16, lora_targets=targets).validated()
+    assert sum(m.numel for m in trainable_matrices(spec, plan)) == expected

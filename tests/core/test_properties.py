@@ -25,7 +25,7 @@ plans = st.builds(
     kbit_prep=st.booleans(),
 )
 specs = st.sampled_from(ENTRIES).map(lambda e: e.spec())
-FAST = settings(max_examples=60, deadline=None)
+FAST = settings(max_examples=60, deadline=None, derandomize=True)  # same cases in CI
 
 
 @FAST
@@ -55,6 +55,10 @@ def test_checkpointing_never_increases_activations_or_the_peak(plan, spec):
 @FAST
 @given(plans, specs)
 def test_model_states_order_qlora_lora_full(plan, spec):
+    # With a rank far below the width, as LoRA is meant (rank 256 on SmolLM2's 576-wide
+    # layers gives fp32 adapters with fp32 Adam nearly the model's size: more than full bf16).
+    plan = replace(plan, lora_rank=min(plan.lora_rank, 64))
+
     def states(method):
         est = estimate(replace(plan, method=method, zero=0, offload="none"), spec)
         phase = est.phases["optimizer step"]

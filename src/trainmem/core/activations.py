@@ -18,6 +18,7 @@ from typing import Literal
 from trainmem.core.architecture import PARTS, ModelSpec
 from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes
+from trainmem.core.states import adapter_rank
 
 ADAPTER_BYTES = 4  # PEFT keeps adapters in fp32 and casts their input to it
 Kernels = Literal["cuda", "cpu"]  # whose kernels decide what is saved
@@ -29,6 +30,8 @@ class LayerActivations:
     checkpoint: int  # what gradient checkpointing keeps per layer (its input)
     backward_transient: int  # gradients in flight while one layer runs backward
     attention_scores: int  # eager attention only: bytes per token per key position
+    saved_fixed: int = 0  # saved per layer whatever the tokens (PEFT's merged expert weights)
+    transient_fixed: int = 0  # in flight per layer during its backward
 
 
 def _input_saves(
@@ -88,18 +91,23 @@ def layer_activations(
     if plan.method != "full":  # full fine-tuning's o_proj saves the output above itself
         saved += _input_saves(plan, dt, qd, attn_e, ["o"], kernels)
 
-    # MLP: gate/up share the normalised input; act(gate), act*up and up are saved.
-    saved += _input_saves(plan, dt, h, r, ["gate_up"] if spec.fused else ["gate", "up"], kernels)
+    fixed = fixed_transient = 0
     if spec.is_moe:
-        k, i = spec.experts_per_token, spec.expert_intermediate
-        saved += k * (3 * e * i + r * h)  # per routed copy of the token
-        saved += k * _input_saves(plan, dt, i, e, ["down"], kernels) + 4 * spec.experts
+        moe_saved, fixed = _moe_saves(spec, plan, e)
+        saved += moe_saved
+        fixed_transient = fixed  # backward builds the merged weight's full gradient
     else:
+        # MLP: gate/up share the normalised input; act(gate), act*up and up are saved.
+        gate_up = ["gate_up"] if spec.fused else ["gate", "up"]
+        saved += _input_saves(plan, dt, h, r, gate_up, kernels)
         i = spec.intermediate
         saved += 3 * e * i + _input_saves(plan, dt, i, e, ["down"], kernels)
 
     scores = 0
-    if eager:
+    if eager and spec.attention_sinks:
+        # gpt-oss: one softmax over [scores, sink] in the activations' dtype, saved once
+        scores = spec.heads * attn_e
+    elif eager:
         # fp32 softmax output (saved by softmax) and its 16-bit copy (saved by the matmul).
         scores = spec.heads * (4 + (attn_e if attn_e != 4 else 0))
         if spec.attn_logit_softcap:
@@ -110,7 +118,47 @@ def layer_activations(
         checkpoint=r * h,
         backward_transient=2 * r * h + 3 * e * i_eff,
         attention_scores=scores,
+        saved_fixed=fixed,
+        transient_fixed=fixed_transient,
     )
+
+
+def _moe_saves(spec: ModelSpec, plan: Plan, e: int) -> tuple[int, int]:
+    """(bytes per token, bytes per layer) a transformers-5 MoE block saves for backward.
+
+    Experts run as grouped matmuls over the T*k (token, expert) pairs sorted by expert
+    (transformers/integrations/moe.py): saved are the gathered token rows, the up/gate
+    projection and activation outputs, the sorted routing weights, three int64 index
+    tensors per pair, the fp32 router softmax and the top-k. With frozen experts the
+    gathered rows and act*up are not needed. Measured to the byte on Qwen3-30B-A3B, Mixtral
+    and gpt-oss (bench/results/measure-cpu-moe.json). When LoRA adapts the experts, PEFT
+    merges W + BA into a 16-bit copy of each layer's expert weights (a parametrization),
+    kept for backward: the per-layer part.
+    """
+    h, k, i, n_exp = spec.hidden, spec.experts_per_token, spec.expert_intermediate, spec.experts
+    adapted = any(adapter_rank(spec, plan, lin) for lin in spec.linears() if lin.expert)
+    trainable = plan.method == "full" or adapted
+    if spec.model_type == "gpt_oss":  # interleaved clamp / sigmoid gate, top-k softmax
+        if trainable:
+            per_token = e * h + 10 * k + k * (34 + 2 * e * h + 7 * e * i)
+        else:
+            per_token = 10 * k + k * (26 + e * h + 6 * e * i)
+    else:
+        weights = 4 if spec.model_type == "mixtral" else 2  # Mixtral keeps them in fp32
+        router = 4 * n_exp + 12 * k + 4
+        if trainable:
+            per_token = e * h + router + k * (weights + 24 + 2 * e * h + 4 * e * i)
+        else:
+            per_token = router + k * (weights + 24 + e * h + 3 * e * i)
+    merged = (
+        2
+        * sum(
+            lin.count * lin.in_features * lin.out_features for lin in spec.linears() if lin.expert
+        )
+        if adapted
+        else 0
+    )
+    return per_token, merged
 
 
 @dataclass(frozen=True)

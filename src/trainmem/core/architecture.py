@@ -20,7 +20,14 @@ _NORMS_PER_LAYER = {"gemma2": 4, "gemma3_text": 4, "gemma3": 4}
 _QKV_BIAS = {"qwen2", "qwen2_moe"}  # Qwen2 always biases q/k/v, regardless of config
 _QK_NORM_HEAD = {"qwen3", "qwen3_moe", "gemma3_text", "gemma3"}  # RMSNorm over head_dim
 _QK_NORM_FULL = {"olmo2"}  # RMSNorm over the whole q / k projection width
-_FUSED = {"phi3"}  # one qkv_proj and one gate_up_proj Linear (modeling_phi3.py)
+_FUSED = {"phi3"}
+# MoE models whose experts and router PEFT's all-linear adapts (peft 0.21 converts the v4
+# module names to target_parameters on the fused 3-D expert weights); gpt-oss's are left alone.
+PEFT_ADAPTS_EXPERTS = {
+    "qwen3_moe",
+    "qwen2_moe",
+    "mixtral",
+}  # one qkv_proj and one gate_up_proj Linear (modeling_phi3.py)
 # What a fused Linear stands for, so LoRA targets and input casts follow the real modules.
 PARTS = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
 _KNOWN = {
@@ -128,10 +135,10 @@ class ModelSpec:
         layers.append(Linear("o", self.q_dim, h, self.o_bias))
         if self.is_moe:
             e, i = self.experts, self.expert_intermediate
+            # transformers 5 stores experts as fused 3-D parameters (gate_up_proj, down_proj)
             layers += [
                 Linear("router", h, e, self.router_bias),
-                Linear("gate", h, i, self.expert_bias, e, expert=True),
-                Linear("up", h, i, self.expert_bias, e, expert=True),
+                Linear("gate_up", h, 2 * i, self.expert_bias, e, expert=True),
                 Linear("down", i, h, self.expert_bias, e, expert=True),
             ]
             if self.shared_expert_intermediate:

@@ -83,14 +83,14 @@ def estimate(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Estimate
     layers = spec.layers
     full = plan.method == "full"
 
-    layer_saved = tokens * la.saved + tokens * plan.seq_len * la.attention_scores
+    layer_saved = tokens * la.saved + tokens * plan.seq_len * la.attention_scores + la.saved_fixed
     # autocast copies fp32 weights only; a 16-bit base is used as it is
     fp32_autocast = dt.autocast and dt.weight == 4
     copy_layer, copy_head = autocast_copy_bytes(spec) if fp32_autocast else (0, 0)
     if plan.method == "qlora":
         copy_layer = copy_head = 0  # 4-bit weights are dequantized per op, not cached
     head_saved = tokens * ha.saved
-    transient = tokens * la.backward_transient
+    transient = tokens * la.backward_transient + la.transient_fixed
 
     # Gradients arrive in backward order: lm_head (or the tied embedding), layers, embedding.
     tb = dt.trainable

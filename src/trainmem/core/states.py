@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainmem.core.architecture import ModelSpec
+from trainmem.core.architecture import PEFT_ADAPTS_EXPERTS, Linear, ModelSpec
 from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes
 
@@ -49,15 +49,34 @@ class States:
     quantized: bool
 
 
+def adapter_rank(spec: ModelSpec, plan: Plan, lin: Linear) -> int:
+    """The LoRA rank PEFT gives ``lin`` under this plan, 0 when it is not adapted."""
+    if not plan.trains_adapter:
+        return 0
+    if not set(plan.target_modules) & set(lin.parts) and lin.name != "router":
+        return 0
+    if lin.expert or lin.name == "router":
+        if spec.model_type not in PEFT_ADAPTS_EXPERTS:
+            return 0
+        if lin.name == "router" and plan.lora_targets != "all-linear":
+            return 0
+        if lin.name == "gate_up":
+            return 2 * plan.lora_rank  # PEFT doubles rank (and alpha) on the fused gate_up
+    return plan.lora_rank
+
+
 def trainable_matrices(spec: ModelSpec, plan: Plan) -> list[Matrix]:
     """Shapes of every trainable tensor: the whole model, or the LoRA A and B matrices."""
     if plan.trains_adapter:
-        r, targets = plan.lora_rank, set(plan.target_modules)
         out: list[Matrix] = []
         for lin in spec.linears():
-            if targets & set(lin.parts):
-                n = lin.count * spec.layers
-                out += [Matrix(r, lin.in_features, n), Matrix(lin.out_features, r, n)]
+            rank = adapter_rank(spec, plan, lin)
+            if rank:
+                if lin.expert:  # PEFT target_parameters: A (r*E, in) and B (out, r*E)
+                    n, rank = spec.layers, rank * lin.count
+                else:
+                    n = lin.count * spec.layers
+                out += [Matrix(rank, lin.in_features, n), Matrix(lin.out_features, rank, n)]
         return out
     mats = [Matrix(spec.vocab, spec.hidden, 1)]
     if not spec.tied_embeddings:
