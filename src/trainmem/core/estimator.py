@@ -194,6 +194,11 @@ def _notes(spec: ModelSpec, plan: Plan) -> tuple[str, ...]:
         notes.append("eager attention keeps batch x heads x seq^2 scores per layer; sdpa does not")
     if spec.final_logit_softcap and plan.attn == "sdpa":
         notes.append("Gemma 2 soft-caps attention logits, which only eager attention applies")
+    if spec.is_moe and plan.method == "qlora":
+        notes.append(
+            "QLoRA on fused MoE experts is not measured yet: experts are assumed to be "
+            "quantized to NF4 like linear layers"
+        )
     if not CALIBRATED:
         notes.append(
             "runtime overhead (CUDA context, allocator reserve) uses typical figures, "
