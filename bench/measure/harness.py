@@ -248,9 +248,10 @@ def build(entry: dict[str, Any], plan: Plan, device: str) -> tuple[torch.nn.Modu
         info["adapter_dtype"] = next(
             str(p.dtype).replace("torch.", "") for n, p in model.named_parameters() if "lora_" in n
         )
-        # distinct suffixes of what PEFT wrapped: modules (q_proj, ..., down_proj) and, for MoE models
-        # with fused 3-D expert weights, parameters (peft 0.21 turns "all-linear" on mixtral /
-        # qwen*_moe into target_parameters: "experts.gate_up_proj", "experts.down_proj", "gate.weight")
+        # distinct suffixes of what PEFT wrapped: modules (q_proj, ..., down_proj) and, for MoE
+        # models with fused 3-D expert weights, parameters (peft 0.21 turns "all-linear" on
+        # mixtral / qwen*_moe into target_parameters: "experts.gate_up_proj",
+        # "experts.down_proj", "gate.weight")
         info["lora_targeted"] = sorted(
             {n.rsplit(".", 1)[-1] for n in getattr(model, "targeted_module_names", [])}
             | {".".join(n.split(".")[-2:]) for n in getattr(model, "targeted_parameter_names", [])}
@@ -259,7 +260,8 @@ def build(entry: dict[str, Any], plan: Plan, device: str) -> tuple[torch.nn.Modu
         if pc is not None and getattr(pc, "rank_pattern", None):
             info["lora_rank_pattern"] = dict(pc.rank_pattern)  # e.g. fused gate_up_proj gets 2r
     experts = [type(m).__name__ for m in model.modules() if type(m).__name__.endswith("Experts")]
-    if experts:  # MoE: which experts forward transformers dispatches to (eager loop / grouped_mm / ...)
+    # MoE: which experts forward transformers dispatches to (eager loop / grouped_mm / ...)
+    if experts:
         info["experts_implementation"] = getattr(config, "_experts_implementation", None)
         info["experts_class"] = experts[0]
     # Trainer order: PEFT wrapping happens before Trainer, which then enables checkpointing
@@ -444,7 +446,12 @@ def run_case(
                 meas["loss"] = float(loss)
             if info.get("gc_via"):
                 meas["gc_via"] = info["gc_via"]
-            for k in ("lora_targeted", "lora_rank_pattern", "experts_implementation", "experts_class"):
+            for k in (
+                "lora_targeted",
+                "lora_rank_pattern",
+                "experts_implementation",
+                "experts_class",
+            ):
                 if k in info:
                     meas[k] = info[k]
             if top:
@@ -811,9 +818,9 @@ NOTES = {
     "moe": (
         "subset moe: fake execution only; measured.experts_implementation / experts_class = how "
         "transformers runs the experts (grouped_mm is its default); measured.lora_targeted = "
-        "distinct suffixes of peft_model.targeted_module_names and targeted_parameter_names (peft 0.21 "
-        "maps all-linear on mixtral/qwen3_moe to the fused expert parameters + router weight, with "
-        "rank and alpha doubled on gate_up_proj: lora_rank_pattern)"
+        "distinct suffixes of peft_model.targeted_module_names and targeted_parameter_names "
+        "(peft 0.21 maps all-linear on mixtral/qwen3_moe to the fused expert parameters + "
+        "router weight, with rank and alpha doubled on gate_up_proj: lora_rank_pattern)"
     ),
 }
 
