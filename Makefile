@@ -20,3 +20,4 @@ measure:
 	[ -x .measure-venv/bin/python ] || python3 -m venv .measure-venv
 	.measure-venv/bin/pip install -q torch==2.13.0 && .measure-venv/bin/pip install -q -e ".[measure]"
 	.measure-venv/bin/python bench/measure/harness.py --subset full --out bench/results/measure-cpu.json
+	.measure-venv/bin/python bench/measure/harness.py --subset moe --out bench/results/measure-cpu-moe.json
