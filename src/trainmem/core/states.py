@@ -53,15 +53,17 @@ def adapter_rank(spec: ModelSpec, plan: Plan, lin: Linear) -> int:
     """The LoRA rank PEFT gives ``lin`` under this plan, 0 when it is not adapted."""
     if not plan.trains_adapter:
         return 0
-    if not set(plan.target_modules) & set(lin.parts) and lin.name != "router":
-        return 0
     if lin.expert or lin.name == "router":
+        # MoE experts (fused 3-D parameters) and the router are adapted only on some models,
+        # the router only under all-linear.
         if spec.model_type not in PEFT_ADAPTS_EXPERTS:
             return 0
-        if lin.name == "router" and plan.lora_targets != "all-linear":
-            return 0
-        if lin.name == "gate_up":
-            return 2 * plan.lora_rank  # PEFT doubles rank (and alpha) on the fused gate_up
+        if lin.name == "router":
+            return plan.lora_rank if plan.lora_targets == "all-linear" else 0
+    if not set(plan.target_modules) & set(lin.parts):
+        return 0
+    if lin.expert and lin.name == "gate_up":
+        return 2 * plan.lora_rank  # PEFT doubles rank (and alpha) on the fused gate_up
     return plan.lora_rank
 
 
