@@ -18,12 +18,9 @@ from textual.screen import Screen
 
 from trainmem.app.messages import DevicesSampled, PlansLoaded
 from trainmem.app.planning import SpecCache
-from trainmem.app.screens.help import HelpScreen
 from trainmem.app.screens.plan import PlanScreen
-from trainmem.app.screens.prompt import PromptScreen
 from trainmem.app.workspace import Workspace
 from trainmem.core import catalog
-from trainmem.devices.snapshot import Snapshot
 from trainmem.plans_store import (
     PlanSet,
     PlansFileError,
@@ -36,6 +33,7 @@ from trainmem.report import Report
 
 if TYPE_CHECKING:  # the sampler module loads NVML bindings: imported when sampling starts
     from trainmem.devices.sampler import HistoryPoint
+    from trainmem.devices.snapshot import Snapshot  # the sampler's too: the first frame has none
 
 
 class SamplerLike(Protocol):
@@ -47,7 +45,7 @@ class SamplerLike(Protocol):
 
 
 # (callback, interval) -> sampler; the callback takes each Snapshot, on the sampler's thread.
-SamplerFactory = Callable[[Callable[[Snapshot], None], float], SamplerLike]
+SamplerFactory = Callable[[Callable[["Snapshot"], None], float], SamplerLike]
 
 
 def real_sampler(callback: Callable[[Snapshot], None], interval: float) -> SamplerLike:
@@ -60,8 +58,8 @@ class TrainmemApp(App[None]):
     TITLE = "trainmem"
     CSS_PATH = "app.tcss"
     # Compare and monitor are imported when first opened: start-up pays only for the plan view.
+    # The plan view is the default screen rather than a MODES entry (see get_default_screen).
     MODES: ClassVar[dict[str, Any]] = {
-        "plan": PlanScreen,
         "compare": lambda: _screen("compare", "CompareScreen"),
         "monitor": lambda: _screen("monitor", "MonitorScreen"),
     }
@@ -113,7 +111,16 @@ class TrainmemApp(App[None]):
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    def get_default_screen(self) -> Screen[Any]:
+        """The plan view, as the first mode's default screen. A screen from MODES is composed
+        inside the app's own start-up batch: Textual re-parses all CSS for it, lays it out and
+        draws it there, throws that drawing away and then paints it in pieces. A default screen
+        is composed after that batch and drawn once. ``on_mount`` then names the mode."""
+        return PlanScreen()
+
     def on_mount(self) -> None:
+        # F2 and the compare view switch back to "plan", whose stack already holds the screen.
+        self.add_mode("plan", PlanScreen)
         for severity, text in self._startup_messages:
             self.notify(text, severity=severity, timeout=8)  # type: ignore[arg-type]
         # The first frame comes first; sampling and the cache scan start right after it.
@@ -171,11 +178,17 @@ class TrainmemApp(App[None]):
 
     # -- saving and loading ------------------------------------------------------------------
 
+    # The dialogs are imported when first opened, like the compare and monitor views.
+
     def action_help(self) -> None:
+        from trainmem.app.screens.help import HelpScreen
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
     def action_save(self) -> None:
+        from trainmem.app.screens.prompt import PromptScreen
+
         self.push_screen(PromptScreen("Save plans to", str(self.plans_path)), self._save_to)
 
     def _save_to(self, text: str | None) -> None:
@@ -205,6 +218,8 @@ class TrainmemApp(App[None]):
         )
 
     def action_open(self) -> None:
+        from trainmem.app.screens.prompt import PromptScreen
+
         self.push_screen(PromptScreen("Load plans from", str(self.plans_path)), self._open_from)
 
     def _open_from(self, text: str | None) -> None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from textual.message import Message
 
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.plan import Plan
-from trainmem.devices.snapshot import Snapshot
 from trainmem.plans_store import PlanSet
 from trainmem.report import Report
+
+if TYPE_CHECKING:  # imported by the sampler, which starts after the first frame
+    from trainmem.devices.snapshot import Snapshot
 
 
 @dataclass

@@ -6,6 +6,8 @@ anything else (a path, a cached Hugging Face id) reads files and is resolved in 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainmem.app.targets import plan_targets
 from trainmem.core import catalog
 from trainmem.core.architecture import ModelSpec
@@ -13,8 +15,10 @@ from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
 from trainmem.core.resolve import resolve_model
 from trainmem.core.units import parse_count
-from trainmem.devices.snapshot import Snapshot
 from trainmem.report import Report, build_report
+
+if TYPE_CHECKING:
+    from trainmem.devices.snapshot import Snapshot
 
 
 def resolves_in_memory(text: str) -> bool:

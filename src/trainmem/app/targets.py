@@ -6,8 +6,12 @@ dashboard already has a fresh snapshot, so ``auto`` is answered from it.
 
 from __future__ import annotations
 
-from trainmem.devices.snapshot import Snapshot
+from typing import TYPE_CHECKING
+
 from trainmem.devices.target import DeviceTarget, parse_device_spec, targets_from_readings
+
+if TYPE_CHECKING:
+    from trainmem.devices.snapshot import Snapshot
 
 
 def snapshot_targets(snapshot: Snapshot | None) -> list[DeviceTarget]:

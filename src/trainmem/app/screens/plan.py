@@ -5,16 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.command import CommandPalette, Provider
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
 from trainmem.app import planning
-from trainmem.app.commands import ModelCommands
 from trainmem.app.messages import ModelResolved, Solved
 from trainmem.app.targets import snapshot_targets
 from trainmem.app.widgets.breakdown import Breakdown, headline_text
@@ -24,14 +23,21 @@ from trainmem.app.widgets.plan_form import PlanForm
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
-from trainmem.devices.snapshot import Snapshot
 from trainmem.report import Report
 
 if TYPE_CHECKING:
     from trainmem.app.app import TrainmemApp
+    from trainmem.devices.snapshot import Snapshot
 
 
 NARROW_WIDTH = 110
+
+
+def _model_commands() -> type[Provider]:
+    """The model palette's provider, imported when a palette first opens."""
+    from trainmem.app.commands import ModelCommands
+
+    return ModelCommands
 
 
 class PlanScreen(Screen[None]):
@@ -45,7 +51,7 @@ class PlanScreen(Screen[None]):
         ),
     ]
 
-    COMMANDS: ClassVar[set[type[Provider] | Callable[[], type[Provider]]]] = {ModelCommands}
+    COMMANDS: ClassVar[set[type[Provider] | Callable[[], type[Provider]]]] = {_model_commands}
 
     app: TrainmemApp
 
@@ -54,14 +60,16 @@ class PlanScreen(Screen[None]):
         self._shown_version = -1
         self._narrow: bool | None = None
         self._report: Report | None = None
+        self._resumed = False
 
     def compose(self) -> ComposeResult:
-        with Horizontal(id="body"):
-            yield PlanForm(self.app.workspace.current.plan, id="form")
-            with VerticalScroll(id="right"):
-                yield Static(id="headline", markup=False)
-                yield DevicesPanel(id="devices")
-                yield Breakdown(id="breakdown")
+        # The screen lays the form and the right column side by side (app.tcss): no
+        # container between them, one widget less to style, lay out and draw.
+        yield PlanForm(self.app.workspace.current.plan, id="form")
+        with VerticalScroll(id="right"):
+            yield Static(id="headline", markup=False)
+            yield DevicesPanel(id="devices")
+            yield Breakdown(id="breakdown")
         yield KeyBar()
 
     def on_mount(self) -> None:
@@ -69,7 +77,8 @@ class PlanScreen(Screen[None]):
         self.query_one("#breakdown").border_title = "Estimate"
         form = self.query_one(PlanForm)
         form.model_suggester.words = self.app.model_names()
-        form.device_suggester.words = self.app.device_names()
+        # The device presets are only suggestions: read after the first frame.
+        self.call_after_refresh(self._load_device_names)
         self.watch(self.app, "snapshot", self._on_snapshot)
         self.watch(self.app, "plans_version", self._on_plans_changed)
         self.watch(self.app, "model_list_version", self._on_model_list)
@@ -93,6 +102,9 @@ class PlanScreen(Screen[None]):
         self.sub_title = ws.current.name
         self.recalculate()
 
+    def _load_device_names(self) -> None:
+        self.query_one(PlanForm).device_suggester.words = self.app.device_names()
+
     def _on_model_list(self, _version: int) -> None:
         self.query_one(PlanForm).model_suggester.words = self.app.model_names()
 
@@ -108,7 +120,9 @@ class PlanScreen(Screen[None]):
         self.app.plans_changed()
 
     def action_pick_model(self) -> None:
-        self.app.push_screen(CommandPalette(providers=[ModelCommands], placeholder="Pick a model…"))
+        self.app.push_screen(
+            CommandPalette(providers=[_model_commands()], placeholder="Pick a model…")
+        )
 
     def set_model(self, model: str) -> None:
         """Put ``model`` in the form, as if typed (the estimate follows)."""
@@ -214,7 +228,12 @@ class PlanScreen(Screen[None]):
         if self.is_current:
             self._refresh_devices()
 
-    def on_screen_resume(self) -> None:
+    def on_screen_resume(self, event: events.ScreenResume) -> None:
+        if not self._resumed:
+            # The first activation follows the compose at once: every widget was styled as it
+            # mounted, so restyling the whole tree again (Screen's default) is wasted work.
+            self._resumed = True
+            event.refresh_styles = False
         self._refresh_devices()
 
     def on_resize(self) -> None:

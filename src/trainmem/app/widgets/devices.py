@@ -18,10 +18,10 @@ from textual.widget import Widget
 from trainmem.app.widgets.bars import VERDICT_STYLE, sparkline, usage_bar
 from trainmem.core.fit import judge_fit
 from trainmem.core.units import fmt_bytes
-from trainmem.devices.snapshot import DeviceReading, ProcessReading, Snapshot
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the sampler imports these, after the first frame
     from trainmem.devices.sampler import HistoryPoint
+    from trainmem.devices.snapshot import DeviceReading, ProcessReading, Snapshot
 
 
 class HistorySource(Protocol):

@@ -14,8 +14,9 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.message import Message
+from textual.reactive import reactive
 from textual.suggester import Suggester
-from textual.widgets import Collapsible, Input, Label, Static
+from textual.widgets import Collapsible, Input, Static
 
 from trainmem.app.widgets.choice import Choice
 from trainmem.core.plan import ATTENTION, METHODS, OFFLOAD, OPTIMIZERS, PRECISIONS, Plan
@@ -79,6 +80,25 @@ class WordSuggester(Suggester):
         return None
 
 
+class FieldInput(Input):
+    """The form's Input: compact from the start. Input's own default (not compact) would be
+    switched after construction, restyling a widget that is not even mounted yet; the
+    classes Input gives itself for this and for a valid value are passed in for the same
+    reason (it has no validators, so every value is valid)."""
+
+    compact = reactive(True, toggle_class="-textual-compact")
+
+    def __init__(self, value: str, *, id: str, suggester: Suggester | None) -> None:
+        super().__init__(
+            value,
+            compact=True,
+            id=id,
+            suggester=suggester,
+            select_on_focus=False,
+            classes="-textual-compact -valid",
+        )
+
+
 def parse_int(text: str) -> int:
     """Whole numbers, allowing 4,096 and 4_096."""
     cleaned = text.strip().replace(",", "").replace("_", "")
@@ -102,6 +122,9 @@ class PlanForm(VerticalScroll, can_focus=False):
         self.targets_suggester = WordSuggester(["all-linear", "attention", "q,k,v,o"])
         self._errors: dict[str, Static] = {}
         self._edited = False  # typed into since the last load()
+        # Each Input's text as composed, loaded or last reported: an Input reports its value
+        # once when it mounts, which is not an edit (and would re-estimate once per field).
+        self._texts: dict[str, str] = {}
 
     def compose(self) -> ComposeResult:
         for field in FIELDS:
@@ -125,15 +148,14 @@ class PlanForm(VerticalScroll, can_focus=False):
                 options, value, label=field.label, label_width=LABEL_WIDTH, id=fid, classes="span"
             )
             return
-        yield Label(field.label, classes="field-label")
+        yield Static(field.label, classes="field-label", markup=False)
+        self._texts[fid] = str(value)
         suggester = {
             "model": self.model_suggester,
             "device": self.device_suggester,
             "lora_targets": self.targets_suggester,
         }.get(field.name)
-        field_input = Input(
-            str(value), compact=True, id=fid, suggester=suggester, select_on_focus=False
-        )
+        field_input = FieldInput(str(value), id=fid, suggester=suggester)
         # The app's choice (off by default; see TrainmemApp.__init__).
         field_input.cursor_blink = getattr(self.app, "cursor_blink", False)
         yield field_input
@@ -151,7 +173,7 @@ class PlanForm(VerticalScroll, can_focus=False):
                 widget = self.query_one(f"#f-{field.name}")
                 value = getattr(plan, field.name)
                 if isinstance(widget, Input):
-                    widget.value = str(value)
+                    widget.value = self._texts[widget.id or ""] = str(value)
                     widget.cursor_position = len(widget.value)
                 elif isinstance(widget, Choice):
                     widget.value = value
@@ -206,6 +228,10 @@ class PlanForm(VerticalScroll, can_focus=False):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
+        key = event.input.id or ""
+        if self._texts.get(key) == event.value:
+            return  # not a change: the value it already had (e.g. reported on mount)
+        self._texts[key] = event.value
         self._edited = True
         self.post_message(self.Edited())
 
