@@ -1,42 +1,48 @@
-"""Messages that cross threads: samples from the Sampler, results from worker threads."""
+"""Messages that cross threads: samples from the Sampler, results from worker threads.
+
+Plain classes rather than dataclasses: creating a dataclass costs about half a millisecond,
+paid at every start-up before the first frame.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from textual.message import Message
 
-from trainmem.core.architecture import ModelSpec
-from trainmem.core.plan import Plan
-from trainmem.plans_store import PlanSet
-from trainmem.report import Report
+if TYPE_CHECKING:
+    from trainmem.core.architecture import ModelSpec
+    from trainmem.core.plan import Plan
+    from trainmem.devices.snapshot import Snapshot  # imported by the sampler, after start-up
+    from trainmem.plans_store import PlanSet
+    from trainmem.report import Report
 
-if TYPE_CHECKING:  # imported by the sampler, which starts after the first frame
-    from trainmem.devices.snapshot import Snapshot
 
-
-@dataclass
 class DevicesSampled(Message):
-    snapshot: Snapshot
+    def __init__(self, snapshot: Snapshot) -> None:
+        super().__init__()
+        self.snapshot = snapshot
 
 
-@dataclass
 class ModelResolved(Message):
-    text: str
-    spec: ModelSpec | None
-    error: str | None
+    def __init__(self, text: str, spec: ModelSpec | None, error: str | None) -> None:
+        super().__init__()
+        self.text = text
+        self.spec = spec
+        self.error = error
 
 
-@dataclass
 class Solved(Message):
     """What-if and advice for ``plan``; ignored if the plan changed meanwhile."""
 
-    plan: Plan
-    report: Report
+    def __init__(self, plan: Plan, report: Report) -> None:
+        super().__init__()
+        self.plan = plan
+        self.report = report
 
 
-@dataclass
 class PlansLoaded(Message):
-    path: str
-    plan_set: PlanSet
+    def __init__(self, path: str, plan_set: PlanSet) -> None:
+        super().__init__()
+        self.path = path
+        self.plan_set = plan_set
