@@ -165,7 +165,6 @@ def _moe_saves(spec: ModelSpec, plan: Plan, e: int) -> tuple[int, int]:
 class HeadActivations:
     saved: int  # final norm and lm_head input, bytes per token
     logits_forward: int  # bytes per token alive while the loss is computed in forward
-    logits_saved: int  # bytes per token kept for backward (log_softmax output)
     loss_backward: int  # bytes per token during log_softmax backward
 
 
@@ -189,12 +188,10 @@ def head_activations(spec: ModelSpec, plan: Plan, dt: Dtypes) -> HeadActivations
     return HeadActivations(
         saved=saved + softcap,
         logits_forward=(logits_e + upcast + 4) * v + softcap,
-        logits_saved=4 * v + softcap,
         loss_backward=12 * v,
     )
 
 
 def autocast_copy_bytes(spec: ModelSpec) -> tuple[int, int]:
     """16-bit weight copies autocast makes: (per decoder layer, for lm_head)."""
-    per_layer = 2 * sum(lin.count * lin.in_features * lin.out_features for lin in spec.linears())
-    return per_layer, 2 * spec.vocab * spec.hidden
+    return 2 * spec.layer_weight_elements, 2 * spec.vocab * spec.hidden

@@ -199,9 +199,10 @@ class ModelSpec:
         )
 
     @property
-    def linear_params(self) -> int:
-        """Parameters in the decoder layers' linear weights: what 4-bit quantization stores."""
-        return self.layers * sum(lin.params for lin in self.linears() if lin.name != "router")
+    def layer_weight_elements(self) -> int:
+        """Elements of one decoder layer's linear weights (no biases): what 4-bit quantization
+        stores and autocast copies."""
+        return sum(lin.count * lin.in_features * lin.out_features for lin in self.linears())
 
     @property
     def active_params(self) -> int:

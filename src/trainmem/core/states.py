@@ -46,7 +46,6 @@ class States:
     optimizer: int
     optimizer_temp: int  # allocated during optimizer.step() only
     trainable_params: int
-    quantized: bool
 
 
 def adapter_rank(spec: ModelSpec, plan: Plan, lin: Linear) -> int:
@@ -126,11 +125,8 @@ def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
     mats = trainable_matrices(spec, plan)
     trainable = sum(m.numel for m in mats)
     params = spec.params
-    quantized = plan.method == "qlora"
-    if quantized:
-        q_elems = spec.layers * sum(
-            lin.count * lin.in_features * lin.out_features for lin in spec.linears()
-        )
+    if plan.method == "qlora":
+        q_elems = spec.layers * spec.layer_weight_elements
         other = params - q_elems  # embeddings, lm_head, norms and biases stay unquantized
         weights = round(q_elems * NF4_BYTES_PER_PARAM) + other * dt.resid
     else:
@@ -163,5 +159,4 @@ def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
         optimizer=optimizer,
         optimizer_temp=_optimizer_temp(plan, mats, trainable, dt.state),
         trainable_params=trainable,
-        quantized=quantized,
     )
