@@ -15,8 +15,9 @@ import subprocess
 import sys
 import time
 
-from trainmem.core import Plan, estimate, resolve_model
+from trainmem.core import Plan, estimate
 from trainmem.core.whatif import advice, max_batch, max_seq_len
+from trainmem.sources.resolve import resolve_model
 
 
 def per_call(fn, n: int) -> float:

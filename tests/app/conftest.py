@@ -6,14 +6,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from trainmem.app import TrainmemApp, make_app
 from trainmem.app.fixture import demo_sampler_factory
-from trainmem.plans_store import state_dir
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -24,14 +22,6 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     names = pyfuncitem._fixtureinfo.argnames
     asyncio.run(pyfuncitem.obj(**{n: pyfuncitem.funcargs[n] for n in names}))
     return True
-
-
-@pytest.fixture
-def isolated_state() -> Path:
-    """The state folder, which the root conftest points at a temp dir for every test."""
-    path = state_dir()
-    assert "pytest" in str(path), "state must never be the developer's own"
-    return path
 
 
 @pytest.fixture

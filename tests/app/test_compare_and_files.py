@@ -14,9 +14,10 @@ from trainmem.app.fixture import demo_plan_set
 from trainmem.app.screens.compare import CompareScreen
 from trainmem.app.screens.plan import PlanScreen
 from trainmem.app.screens.prompt import PromptScreen
-from trainmem.core import Plan, resolve_model
-from trainmem.plans_store import load_plans, save_plans, session_path
-from trainmem.report import build_report
+from trainmem.core import Plan
+from trainmem.planner.report import build_report
+from trainmem.sources.plan_files import load_plans, save_plans, session_path
+from trainmem.sources.resolve import resolve_model
 
 
 async def answer(app: TrainmemApp, pilot: object, text: str) -> None:

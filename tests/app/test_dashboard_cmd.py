@@ -9,7 +9,7 @@ import pytest
 from trainmem.app.fixture import demo_plan_set
 from trainmem.cli.dashboard_cmd import startup
 from trainmem.core import Plan
-from trainmem.plans_store import save_plans, session_path
+from trainmem.sources.plan_files import save_plans, session_path
 
 
 def test_plan_flags_open_that_plan() -> None:

@@ -10,7 +10,8 @@ from textual.widgets import DataTable, Static
 from trainmem.app import TrainmemApp
 from trainmem.app.fixture import TRAIN_PID, ReplaySampler, demo_plan_set, demo_snapshot
 from trainmem.app.screens.monitor import difference
-from trainmem.core import Plan, estimate, resolve_model
+from trainmem.core import Plan, estimate
+from trainmem.sources.resolve import resolve_model
 
 MiB = 2**20
 

@@ -18,9 +18,10 @@ from trainmem.app.widgets.breakdown import Breakdown
 from trainmem.app.widgets.choice import Choice
 from trainmem.app.widgets.devices import DevicePane
 from trainmem.app.widgets.plan_form import PlanForm
-from trainmem.core import Plan, estimate, resolve_model
+from trainmem.core import Plan, estimate
 from trainmem.core.units import fmt_bytes
-from trainmem.report import build_report
+from trainmem.planner.report import build_report
+from trainmem.sources.resolve import resolve_model
 
 
 def shown_plan(app: TrainmemApp) -> Plan:
@@ -201,7 +202,7 @@ async def test_models_in_the_local_cache_complete_and_resolve_off_the_ui_thread(
     import os
     from pathlib import Path
 
-    from trainmem.core import catalog
+    from trainmem.sources import catalog
 
     snapshot_dir = Path(os.environ["HF_HUB_CACHE"]) / "models--acme--tiny-lm" / "snapshots" / "a1"
     snapshot_dir.mkdir(parents=True)

@@ -2,10 +2,10 @@
 
 import pytest
 
-from trainmem.core import catalog
 from trainmem.core.architecture import spec_from_config, spec_from_count
 from trainmem.core.plan import Plan
 from trainmem.core.states import trainable_matrices
+from trainmem.sources import catalog
 
 ENTRIES = catalog.catalog()
 

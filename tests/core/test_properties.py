@@ -5,9 +5,9 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainmem.core import catalog
 from trainmem.core.estimator import estimate
 from trainmem.core.plan import ATTENTION, METHODS, OPTIMIZERS, PRECISIONS, Plan
+from trainmem.sources import catalog
 
 ENTRIES = catalog.catalog()
 plans = st.builds(

@@ -18,14 +18,14 @@ import pytest
 
 import trainmem
 from trainmem.cli import devices_cmd
-from trainmem.cli.main import Parser
+from trainmem.cli.parser import Parser
 from trainmem.devices import NvmlReader, Sampler, SystemReader
 from trainmem.devices.fakes import FakeNvml, FakeProc, FakePsutil, eight_gpu_machine
 
 # Runs the command the way main.py wires it, without needing the other subcommands.
 SCRIPT = """
 import sys
-from trainmem.cli.main import Parser
+from trainmem.cli.parser import Parser
 from trainmem.cli import devices_cmd
 parser = Parser(prog="trainmem-tui")
 devices_cmd.add_parser(parser.add_subparsers(dest="command", parser_class=Parser))

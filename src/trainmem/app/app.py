@@ -20,8 +20,9 @@ from trainmem.app.messages import DevicesSampled, PlansLoaded
 from trainmem.app.planning import SpecCache
 from trainmem.app.screens.plan import PlanScreen
 from trainmem.app.workspace import Workspace
-from trainmem.core import catalog
-from trainmem.plans_store import (
+from trainmem.planner.report import Report
+from trainmem.sources import catalog
+from trainmem.sources.plan_files import (
     PlanSet,
     PlansFileError,
     default_plans_path,
@@ -29,7 +30,6 @@ from trainmem.plans_store import (
     save_plans,
     session_path,
 )
-from trainmem.report import Report
 
 if TYPE_CHECKING:  # the sampler module loads NVML bindings: imported when sampling starts
     from trainmem.devices.sampler import HistoryPoint
@@ -152,7 +152,7 @@ class TrainmemApp(App[None]):
 
     @work(thread=True, exclusive=True, group="hf-cache", exit_on_error=False)
     def _scan_cache(self) -> None:
-        from trainmem.core.resolve import cached_model_ids
+        from trainmem.sources.resolve import cached_model_ids
 
         ids = cached_model_ids()
         self.call_from_thread(self._set_cached_ids, ids)

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from textual.command import DiscoveryHit, Hit, Provider
 
-from trainmem.core import catalog
 from trainmem.core.units import fmt_count
+from trainmem.sources import catalog
 
 if TYPE_CHECKING:
     from trainmem.app.app import TrainmemApp

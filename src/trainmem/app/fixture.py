@@ -17,7 +17,7 @@ from trainmem.devices.nvml import NvmlReader
 from trainmem.devices.sampler import HistoryPoint, Peaks, SnapshotCallback, read_devices
 from trainmem.devices.snapshot import Snapshot
 from trainmem.devices.system import SystemReader
-from trainmem.plans_store import NamedPlan, PlanSet
+from trainmem.sources.plan_files import NamedPlan, PlanSet
 
 MiB = 2**20
 GiB = 2**30

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from trainmem.core.architecture import ModelSpec
     from trainmem.core.plan import Plan
     from trainmem.devices.snapshot import Snapshot  # imported by the sampler, after start-up
-    from trainmem.plans_store import PlanSet
-    from trainmem.report import Report
+    from trainmem.planner.report import Report
+    from trainmem.sources.plan_files import PlanSet
 
 
 class DevicesSampled(Message):

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainmem.app.targets import plan_targets
-from trainmem.core import catalog
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
-from trainmem.core.resolve import resolve_model
 from trainmem.core.units import parse_count
-from trainmem.report import Report, build_report
+from trainmem.planner.report import Report, build_report
+from trainmem.sources import catalog
+from trainmem.sources.resolve import resolve_model
 
 if TYPE_CHECKING:
     from trainmem.devices.snapshot import Snapshot

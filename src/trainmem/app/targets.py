@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainmem.devices.target import DeviceTarget, parse_device_spec, targets_from_readings
+from trainmem.core.target import DeviceTarget
+from trainmem.devices.target import parse_device_spec, targets_from_readings
 
 if TYPE_CHECKING:
     from trainmem.devices.snapshot import Snapshot

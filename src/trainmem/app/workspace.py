@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trainmem.core.plan import Plan
-from trainmem.plans_store import NamedPlan, PlanSet, plan_name
+from trainmem.sources.plan_files import NamedPlan, PlanSet, plan_name
 
 
 class Workspace:

@@ -13,10 +13,10 @@ import math
 import sys
 from pathlib import Path
 
-from trainmem.cli.main import Parser
+from trainmem.cli.parser import Parser
 from trainmem.cli.plan_args import add_plan_arguments, plan_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
-from trainmem.plans_store import (
+from trainmem.sources.plan_files import (
     NamedPlan,
     PlanSet,
     PlansFileError,

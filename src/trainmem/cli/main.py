@@ -7,16 +7,9 @@ import sys
 from collections.abc import Sequence
 
 from trainmem import __version__
+from trainmem.cli.parser import Parser
 
 SUBCOMMANDS = ("plan", "devices")
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that reports bad input as one line on stderr and exit status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise SystemExit(2)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

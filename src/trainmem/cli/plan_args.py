@@ -8,7 +8,7 @@ from dataclasses import fields
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import ATTENTION, METHODS, OFFLOAD, OPTIMIZERS, PRECISIONS, Plan
-from trainmem.core.resolve import resolve_model
+from trainmem.sources.resolve import resolve_model
 
 DEFAULTS = Plan()
 
@@ -94,7 +94,7 @@ def resolve_for_args(ns: argparse.Namespace, plan: Plan) -> ModelSpec:
     except PlanError:
         if not getattr(ns, "download", False) or plan.model.count("/") != 1:
             raise
-    from trainmem.hub import download
+    from trainmem.sources.hub import download
 
     download(plan.model)
     return resolve_model(plan.model)

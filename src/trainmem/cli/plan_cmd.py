@@ -19,7 +19,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(ns: argparse.Namespace) -> int:
-    from trainmem.report import build_report
+    from trainmem.planner.report import build_report
 
     try:
         plan = plan_from_args(ns)

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trainmem.core.units import fmt_bytes, fmt_count
-from trainmem.report import Report
+from trainmem.planner.report import Report
 
 BAR_WIDTH = 30
 VERDICT_STYLE = {"fits": "bold green", "tight": "bold yellow", "too big": "bold red"}

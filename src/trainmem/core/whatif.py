@@ -6,10 +6,9 @@ Every answer re-estimates a changed plan; nothing is a fixed percentage.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from trainmem.core import catalog
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.estimator import estimate
 from trainmem.core.fit import TIGHT_FRACTION
@@ -43,14 +42,20 @@ def max_batch(plan: Plan, spec: ModelSpec, usable: int) -> int | None:
     return _largest(lambda b: _fits(replace(plan, batch=b), spec, usable), 1, 65_536)
 
 
-def largest_catalogue_model(plan: Plan, usable: int) -> dict[str, str | None]:
-    """For each method, the catalogue model with the most parameters that fits."""
+def _model_id(spec: ModelSpec) -> str:
+    return spec.hf_id or spec.name
+
+
+def largest_model(
+    plan: Plan, usable: int, candidates: Sequence[ModelSpec]
+) -> dict[str, str | None]:
+    """For each method, the candidate (e.g. the catalogue) with the most parameters that fits."""
     best: dict[str, str | None] = {}
     for method in METHODS:
         fitting = [
-            (e.transformers_params, e.hf_id)
-            for e in catalog.catalog()
-            if _fits(replace(plan, method=method, model=e.hf_id), e.spec(), usable)
+            (c.params, _model_id(c))
+            for c in candidates
+            if _fits(replace(plan, method=method, model=_model_id(c)), c, usable)
         ]
         best[method] = max(fitting)[1] if fitting else None
     return best
@@ -65,8 +70,11 @@ class Advice:
     changes: tuple[tuple[str, object], ...] = ()  # plan fields to apply it
 
 
-def advice(plan: Plan, spec: ModelSpec, usable: int) -> list[Advice]:
-    """The guide's remedies, in its order, each re-estimated; empty when the plan fits."""
+def advice(
+    plan: Plan, spec: ModelSpec, usable: int, candidates: Sequence[ModelSpec] = ()
+) -> list[Advice]:
+    """The guide's remedies, in its order, each re-estimated; empty when the plan fits.
+    ``candidates`` are the models a smaller one may be picked from (the catalogue)."""
     plan = plan.validated()
     now = estimate(plan, spec).judged_bytes
     if now <= usable * (1 - TIGHT_FRACTION):
@@ -108,7 +116,7 @@ def advice(plan: Plan, spec: ModelSpec, usable: int) -> list[Advice]:
     for action, changes, warning in options:
         after = estimate(replace(plan, **changes), spec).judged_bytes  # type: ignore[arg-type]
         result.append(Advice(action, now - after, after <= usable, warning, tuple(changes.items())))
-    smaller = _smaller_model(plan, usable)
+    smaller = _smaller_model(plan, usable, candidates)
     if smaller is not None:
         entry, after = smaller
         result.append(
@@ -123,11 +131,13 @@ def advice(plan: Plan, spec: ModelSpec, usable: int) -> list[Advice]:
     return result
 
 
-def _smaller_model(plan: Plan, usable: int) -> tuple[str, int] | None:
-    """The largest catalogue model that fits this plan unchanged otherwise."""
+def _smaller_model(
+    plan: Plan, usable: int, candidates: Sequence[ModelSpec]
+) -> tuple[str, int] | None:
+    """The largest candidate model that fits this plan unchanged otherwise."""
     best: tuple[int, str, int] | None = None
-    for e in catalog.catalog():
-        after = estimate(replace(plan, model=e.hf_id), e.spec()).judged_bytes
-        if after <= usable and (best is None or e.transformers_params > best[0]):
-            best = (e.transformers_params, e.hf_id, after)
+    for c in candidates:
+        after = estimate(replace(plan, model=_model_id(c)), c).judged_bytes
+        if after <= usable and (best is None or c.params > best[0]):
+            best = (c.params, _model_id(c), after)
     return (best[1], best[2]) if best else None

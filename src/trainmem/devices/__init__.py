@@ -38,7 +38,7 @@ _WHERE = {
     "ProcessReading": "snapshot",
     "Snapshot": "snapshot",
     "SystemReader": "system",
-    "DeviceTarget": "target",
+    "DeviceTarget": "target",  # re-exported from trainmem.core.target
     "detect_targets": "target",
     "parse_device_spec": "target",
     "is_apple_silicon": "unified",
@@ -46,6 +46,7 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
+    from trainmem.core.target import DeviceTarget
     from trainmem.devices.nvml import NvmlReader, default_reader
     from trainmem.devices.presets import list_presets, resolve_preset
     from trainmem.devices.sampler import (
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
         Snapshot,
     )
     from trainmem.devices.system import SystemReader
-    from trainmem.devices.target import DeviceTarget, detect_targets, parse_device_spec
+    from trainmem.devices.target import detect_targets, parse_device_spec
     from trainmem.devices.unified import is_apple_silicon, usable_unified
 
 

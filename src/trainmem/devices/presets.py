@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from trainmem.devices.target import DeviceTarget
+from trainmem.core.target import DeviceTarget
 
 MiB = 2**20
 GiB = 2**30

@@ -6,10 +6,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
+from trainmem.core.target import DeviceTarget
 from trainmem.core.units import parse_size
+from trainmem.devices.presets import resolve_preset
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -18,35 +19,10 @@ if TYPE_CHECKING:
     from trainmem.devices.snapshot import DeviceReading
     from trainmem.devices.system import SystemReader
 
-TargetKind = Literal["gpu", "unified", "system"]
-
 ACCEPTED = (
     "a preset (e.g. RTX-4090, H100-80GB, mac-36GB), a size (24GiB, 80GB), unified:36GB, "
     "auto, or a comma-separated list of these"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceTarget:
-    """A device to plan for. ``usable_bytes``: the total for a GPU or CPU RAM, 3/4 of it for
-    unified memory (see ``trainmem.devices.unified``)."""
-
-    name: str
-    kind: TargetKind
-    total_bytes: int
-    usable_bytes: int
-
-    @classmethod
-    def gpu(cls, name: str, total_bytes: int) -> DeviceTarget:
-        return cls(name, "gpu", total_bytes, total_bytes)
-
-    @classmethod
-    def unified(cls, name: str, total_bytes: int) -> DeviceTarget:
-        return cls(name, "unified", total_bytes, total_bytes * 3 // 4)
-
-    @classmethod
-    def system(cls, name: str, total_bytes: int) -> DeviceTarget:
-        return cls(name, "system", total_bytes, total_bytes)
 
 
 def parse_device_spec(
@@ -73,8 +49,6 @@ def parse_device_spec(
 def _parse_one(
     item: str, nvml: NvmlReader | None, system: SystemReader | None, apple: bool | None
 ) -> list[DeviceTarget]:
-    from trainmem.devices.presets import resolve_preset  # presets imports this module
-
     if item.lower() == "auto":
         return detect_targets(nvml, system, apple=apple)
     preset = resolve_preset(item)

@@ -15,7 +15,6 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from trainmem.app import planning
-from trainmem.app.export import Row, to_json, to_markdown
 from trainmem.app.screens.prompt import PromptScreen
 from trainmem.app.widgets.bars import stacked_bar, verdict_text
 from trainmem.app.widgets.breakdown import short_model
@@ -23,7 +22,8 @@ from trainmem.app.widgets.devices import short_device_name
 from trainmem.app.widgets.keybar import KeyBar
 from trainmem.core.errors import PlanError
 from trainmem.core.units import fmt_bytes
-from trainmem.plans_store import atomic_write
+from trainmem.planner.export import Row, to_json, to_markdown
+from trainmem.sources.plan_files import atomic_write
 
 if TYPE_CHECKING:
     from trainmem.app.app import TrainmemApp

@@ -21,7 +21,7 @@ from trainmem.app.widgets.devices import (
 from trainmem.app.widgets.keybar import KeyBar
 from trainmem.core.units import fmt_bytes
 from trainmem.devices.snapshot import Snapshot
-from trainmem.report import Report
+from trainmem.planner.report import Report
 
 if TYPE_CHECKING:
     from trainmem.app.app import TrainmemApp

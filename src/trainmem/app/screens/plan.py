@@ -23,7 +23,7 @@ from trainmem.app.widgets.plan_form import PlanForm
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
-from trainmem.report import Report
+from trainmem.planner.report import Report
 
 if TYPE_CHECKING:
     from trainmem.app.app import TrainmemApp

@@ -22,7 +22,7 @@ from trainmem.core.estimator import Estimate
 from trainmem.core.fit import FitResult
 from trainmem.core.units import fmt_bytes, fmt_count
 from trainmem.core.whatif import Advice
-from trainmem.report import Report
+from trainmem.planner.report import Report
 
 
 def short_model(name: str) -> str:

@@ -4,8 +4,8 @@ Writes are atomic (a temp file in the same folder, then ``os.replace``), so a cr
 disk never leaves half a file. A file that cannot be read or parsed raises ``PlansFileError``
 and is left as it is: callers report it and must not write over it.
 
-Every path the dashboard keeps state in comes from ``state_dir()``; tests point it at a
-temporary folder with ``TRAINMEM_STATE_DIR``.
+Every path the dashboard keeps state in comes from ``trainmem.sources.paths``; tests point
+it at a temporary folder with ``TRAINMEM_STATE_DIR``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import tomli_w
 
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
+from trainmem.sources.paths import default_plans_path, session_path, state_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,25 +52,6 @@ class PlanSet:
 
     plans: tuple[NamedPlan, ...]
     selected: int = 0
-
-
-def state_dir() -> Path:
-    """Where the dashboard keeps its session and default plans file (XDG state home)."""
-    override = os.environ.get("TRAINMEM_STATE_DIR")
-    if override:
-        return Path(override)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(base) / "trainmem"
-
-
-def session_path() -> Path:
-    """The plans open at the last exit, restored on start."""
-    return state_dir() / "session.toml"
-
-
-def default_plans_path() -> Path:
-    """Where Save writes when no ``--compare`` file was given."""
-    return state_dir() / "plans.toml"
 
 
 def to_toml(plan_set: PlanSet) -> str:

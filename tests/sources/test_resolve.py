@@ -6,7 +6,7 @@ import struct
 import pytest
 
 from trainmem.core.errors import PlanError
-from trainmem.core.resolve import cached_model_ids, resolve_model
+from trainmem.sources.resolve import cached_model_ids, resolve_model
 
 CONFIG = {
     "model_type": "llama",

@@ -61,3 +61,9 @@ def find(name: str) -> CatalogEntry | None:
 
 def names() -> list[str]:
     return [e.hf_id for e in catalog()]
+
+
+@cache
+def specs() -> tuple[ModelSpec, ...]:
+    """Every catalogue model as a spec: the candidates of the what-if and advice answers."""
+    return tuple(e.spec() for e in catalog())

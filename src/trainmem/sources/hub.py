@@ -15,8 +15,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from trainmem.core.resolve import downloaded_model_dir
-from trainmem.core.safetensors import MAX_HEADER
+from trainmem.sources.paths import downloaded_model_dir
+from trainmem.sources.safetensors import MAX_HEADER
 
 TIMEOUT_S = 20
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainmem.core import catalog, whatif
+from trainmem.core import whatif
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.estimator import Estimate, estimate
 from trainmem.core.fit import FitResult, judge_fit
 from trainmem.core.plan import Plan
-from trainmem.core.resolve import resolve_model
-from trainmem.devices.target import DeviceTarget, parse_device_spec
+from trainmem.core.target import DeviceTarget
+from trainmem.devices.target import parse_device_spec
+from trainmem.sources import catalog
+from trainmem.sources.resolve import resolve_model
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ def build_report(
         "device": first.name,
         "max_seq_len": whatif.max_seq_len(plan, spec, usable),
         "max_batch": whatif.max_batch(plan, spec, usable),
-        "largest_catalogue_model": whatif.largest_catalogue_model(plan, usable),
+        "largest_catalogue_model": whatif.largest_model(plan, usable, catalog.specs()),
     }
-    return Report(est, tuple(targets), fits, tuple(whatif.advice(plan, spec, usable)), answers)
+    advice = whatif.advice(plan, spec, usable, catalog.specs())
+    return Report(est, tuple(targets), fits, tuple(advice), answers)

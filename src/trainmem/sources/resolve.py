@@ -13,10 +13,11 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from trainmem.core import catalog, safetensors
 from trainmem.core.architecture import ModelSpec, spec_from_config, spec_from_count
 from trainmem.core.errors import PlanError
 from trainmem.core.units import parse_count
+from trainmem.sources import catalog, safetensors
+from trainmem.sources.paths import downloaded_model_dir
 
 _SAFETENSORS_DTYPES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32"}
 
@@ -39,18 +40,6 @@ def cached_model_dir(hf_id: str) -> Path | None:
         key=lambda p: p.stat().st_mtime,
     )
     return snapshots[-1] if snapshots else None
-
-
-def downloads_dir() -> Path:
-    """Where ``--download`` keeps configs and safetensors headers (never weights)."""
-    if os.environ.get("TRAINMEM_CACHE_DIR"):
-        return Path(os.environ["TRAINMEM_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "trainmem" / "models"
-
-
-def downloaded_model_dir(hf_id: str) -> Path:
-    return downloads_dir() / hf_id.replace("/", "--")
 
 
 def cached_model_ids() -> list[str]:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from trainmem.core.plan import Plan
-from trainmem.plans_store import (
+from trainmem.sources.plan_files import (
     NamedPlan,
     PlanSet,
     PlansFileError,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainmem.core.units import fmt_bytes
-from trainmem.report import Report
+from trainmem.planner.report import Report
 
 EXPORT_VERSION = 1
 
