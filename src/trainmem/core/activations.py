@@ -46,7 +46,7 @@ def _input_saves(
     dropped-out copy and what dropout's backward needs: on CUDA ``native_dropout``'s 1-byte
     mask, on CPU an input-sized noise tensor (aten/src/ATen/native/Dropout.cpp).
     """
-    if plan.method == "full":
+    if plan.training.trains_base:
         if dt.autocast and x_bytes == 4:
             return len(users) * 2 * width
         return x_bytes * width
@@ -68,7 +68,7 @@ def _norm_saves(spec: ModelSpec, plan: Plan, dt: Dtypes, width: int) -> int:
     Gemma's norm multiplies by ``(1 + weight)`` in fp32, so its saved normalised value is fp32.
     """
     normalised = 4 if spec.model_type.startswith("gemma") else dt.resid
-    return 4 * width + (normalised * width if plan.method == "full" else 0)
+    return 4 * width + (normalised * width if plan.training.trains_base else 0)
 
 
 def layer_activations(
@@ -88,7 +88,7 @@ def layer_activations(
     saved += attn_e * (qd + 2 * kv_width)  # q, k, v after rotary, as the kernel saves them
     saved += attn_e * qd  # attention output (also o_proj's input)
     saved += 4 * spec.heads  # log-sum-exp per query row (fp32)
-    if plan.method != "full":  # full fine-tuning's o_proj saves the output above itself
+    if plan.trains_adapter:  # full fine-tuning's o_proj saves the output above itself
         saved += _input_saves(plan, dt, qd, attn_e, ["o"], kernels)
 
     fixed = fixed_transient = 0
@@ -137,7 +137,7 @@ def _moe_saves(spec: ModelSpec, plan: Plan, e: int) -> tuple[int, int]:
     """
     h, k, i, n_exp = spec.hidden, spec.experts_per_token, spec.expert_intermediate, spec.experts
     adapted = any(adapter_rank(spec, plan, lin) for lin in spec.linears() if lin.expert)
-    trainable = plan.method == "full" or adapted
+    trainable = plan.training.trains_base or adapted
     if spec.model_type == "gpt_oss":  # interleaved clamp / sigmoid gate, top-k softmax
         if trainable:
             per_token = e * h + 10 * k + k * (34 + 2 * e * h + 7 * e * i)
@@ -178,10 +178,10 @@ def head_activations(spec: ModelSpec, plan: Plan, dt: Dtypes) -> HeadActivations
     """
     v, h = spec.vocab, spec.hidden
     logits_e = 2 if dt.autocast else dt.act
-    if plan.method == "qlora" and plan.kbit_prep:
+    if plan.training.kbit_prep and plan.kbit_prep:
         logits_e = 4  # fp32 lm_head after prepare_model_for_kbit_training
     saved = _norm_saves(spec, plan, dt, h)
-    if plan.method == "full":
+    if plan.training.trains_base:
         saved += 2 * h if dt.autocast else dt.resid * h  # lm_head input for its weight grad
     upcast = 4 if logits_e != 4 else 0
     softcap = logits_e * v if spec.final_logit_softcap else 0  # Gemma 2: tanh saves its output

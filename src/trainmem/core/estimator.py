@@ -1,9 +1,11 @@
 """One training step's memory, component by component, and its two peaks.
 
 The step is modelled as a timeline (after a warm-up step, so optimizer state exists):
-forward and loss, loss backward, backward through the layers (last to first), optimizer step.
-``allocated`` is the largest sum of live tensors over those moments, as
-``torch.cuda.max_memory_allocated`` would report it; ``device`` adds what the runtime holds.
+forward and loss, loss backward, backward through the layers (last to first), the embedding's
+backward, optimizer step. One function per moment says what is alive then. ``allocated`` is
+the largest sum of live tensors over those moments, as ``torch.cuda.max_memory_allocated``
+would report it; ``device`` adds what the runtime of the target device holds
+(trainmem.core.runtime: the CUDA context and the caching allocator's reserve on CUDA).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from trainmem.core.architecture import ModelSpec
 from trainmem.core.plan import Plan
 from trainmem.core.precision import dtypes
 from trainmem.core.rule_of_thumb import rule_of_thumb_bytes
-from trainmem.core.runtime import ALLOCATOR_RESERVE_FRACTION, CALIBRATED, CUDA_CONTEXT_BYTES
-from trainmem.core.states import model_states
+from trainmem.core.runtime import RUNTIME_COMPONENTS, runtime_note, runtime_overhead
+from trainmem.core.states import States, model_states
+from trainmem.core.target import TargetKind
 
-COMPONENTS = (
+TENSOR_COMPONENTS = (
     "weights",
     "master copy",
     "adapter",
@@ -32,10 +35,9 @@ COMPONENTS = (
     "activations",
     "logits",
     "temporaries",
-    "CUDA context",
-    "allocator reserve",
 )
-RUNTIME = {"CUDA context", "allocator reserve"}
+COMPONENTS = TENSOR_COMPONENTS + RUNTIME_COMPONENTS
+RUNTIME = set(RUNTIME_COMPONENTS)
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class Estimate:
     model: ModelSpec
     components: tuple[Component, ...]  # alive at the allocated peak, then runtime
     allocated_bytes: int
-    device_bytes: int
+    device_bytes: int  # allocated + the runtime of ``runtime_kind``
     peak_phase: str
     phases: dict[str, int]  # allocated total at each moment of the step
     breakdown: dict[str, dict[str, int]]  # tensor components at each moment
@@ -59,115 +61,182 @@ class Estimate:
     trainable_params: int
     saved_activation_bytes: int  # what autograd holds once forward ends
     notes: tuple[str, ...] = field(default=())
+    runtime_kind: TargetKind = "gpu"
 
     def component(self, name: str) -> int:
         return next((c.bytes for c in self.components if c.name == name), 0)
 
+    def device_bytes_on(self, kind: TargetKind) -> int:
+        """The device peak on a device of ``kind`` (runtime overhead differs by kind)."""
+        return self.allocated_bytes + sum(runtime_overhead(kind, self.allocated_bytes).values())
+
+    def judged_bytes_on(self, kind: TargetKind) -> int:
+        """The figure a fit on a device of ``kind`` is judged on: its device peak, or the
+        guide's rule when the plan asks for it."""
+        return self.rule_of_thumb_bytes if self.plan.rule_of_thumb else self.device_bytes_on(kind)
+
     @property
     def judged_bytes(self) -> int:
-        """The figure the fit is judged on: the device peak, or the guide's rule."""
-        return self.rule_of_thumb_bytes if self.plan.rule_of_thumb else self.device_bytes
+        return self.judged_bytes_on(self.runtime_kind)
 
 
-def estimate(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Estimate:
-    """Estimate one training step. ``kernels="cpu"`` models CPU kernels where they keep
-    different tensors (dropout), for comparison with measurements taken on a CPU."""
-    if kernels not in ("cuda", "cpu"):
-        raise ValueError(f"kernels must be 'cuda' or 'cpu', not {kernels!r}")
-    plan = plan.validated()
-    dt = dtypes(plan)
-    st = model_states(spec, plan, dt)
-    la = layer_activations(spec, plan, dt, kernels)
-    ha = head_activations(spec, plan, dt)
-    tokens = plan.batch * plan.seq_len
-    layers = spec.layers
-    full = plan.method == "full"
+@dataclass(frozen=True)
+class Step:
+    """The sizes every moment of the step is built from, in bytes."""
 
-    layer_saved = tokens * la.saved + tokens * plan.seq_len * la.attention_scores + la.saved_fixed
-    # autocast copies fp32 weights only; a 16-bit base is used as it is
-    fp32_autocast = dt.autocast and dt.weight == 4
-    copy_layer, copy_head = autocast_copy_bytes(spec) if fp32_autocast else (0, 0)
-    if plan.method == "qlora":
-        copy_layer = copy_head = 0  # 4-bit weights are dequantized per op, not cached
-    head_saved = tokens * ha.saved
-    transient = tokens * la.backward_transient + la.transient_fixed
+    states: States
+    layers: int
+    kept_per_layer: int  # what each layer holds for backward once forward is past it
+    recompute: int  # one layer's saves rebuilt in backward under checkpointing (else 0)
+    saved_after_forward: int  # everything autograd holds when forward ends
+    forward_copies: int  # autocast's 16-bit weight copies cached through forward
+    logits_forward: int  # logits and the loss's upcast while the loss runs
+    loss_backward: int  # log_softmax backward's three fp32 tensors
+    layer_transient: int  # gradients in flight while one layer runs backward
+    dequant: int  # QLoRA: the dequantized weight of the largest linear
+    grad_head: int  # lm_head's (or the tied embedding's) gradient
+    grad_embed: int  # the untied embedding's gradient
+    grad_layer: int  # one decoder layer's gradients
+    tied_sum: int  # tied embedding: its two gradients summed out of place
 
-    # Gradients arrive in backward order: lm_head (or the tied embedding), layers, embedding.
-    tb = dt.trainable
-    grad_head = spec.vocab * spec.hidden * tb if full else 0
-    grad_embed = grad_head if full and not spec.tied_embeddings else 0
-    if plan.zero >= 2:
-        grad_head, grad_embed = grad_head // plan.gpus, grad_embed // plan.gpus
-    grad_layer = max(0, st.gradients - grad_head - grad_embed) // layers
-    # Dequantized 16-bit weight of the largest linear, alive while a 4-bit layer computes.
-    dequant = (
-        2 * max(lin.in_features * lin.out_features for lin in spec.linears())
-        if plan.method == "qlora"
-        else 0
-    )
-
-    static = {
-        "weights": st.weights,
-        "master copy": st.master,
-        "adapter": st.adapter,
-        "optimizer state": st.optimizer,
-    }
-    if plan.grad_ckpt:
-        kept_per_layer = tokens * la.checkpoint
-        recompute = layer_saved + copy_layer
-        forward_copies = layers * copy_layer + copy_head  # cached until autocast exits
-        saved_after_forward = layers * kept_per_layer + head_saved
-    else:
-        kept_per_layer = layer_saved + copy_layer
-        recompute = 0
-        forward_copies = 0
-        saved_after_forward = layers * kept_per_layer + head_saved + copy_head
-
-    def moment(activations: int, logits: int, grads: int, temps: int) -> dict[str, int]:
+    def alive(self, activations: int, logits: int, grads: int, temps: int) -> dict[str, int]:
+        s = self.states
         return {
-            **static,
+            "weights": s.weights,
+            "master copy": s.master,
+            "adapter": s.adapter,
+            "optimizer state": s.optimizer,
             "gradients": grads,
             "activations": activations,
             "logits": logits,
             "temporaries": temps,
         }
 
-    phases = {
-        "forward": moment(
-            saved_after_forward, tokens * ha.logits_forward, 0, forward_copies + dequant
-        ),
-        "loss backward": moment(saved_after_forward, tokens * ha.loss_backward, 0, 0),
-        # Backward through the last layer: its saved tensors (recomputed under checkpointing)
-        # and those of every layer below are alive; the head's gradients exist.
-        "backward (last layer)": moment(
-            layers * kept_per_layer + recompute,
-            0,
-            grad_head + grad_layer,
-            transient + dequant,
-        ),
-        # Backward through the first layer: all layer gradients exist, one layer's activations.
-        "backward (first layer)": moment(
-            kept_per_layer + recompute,
-            0,
-            grad_head + layers * grad_layer,
-            transient + dequant,
-        ),
-        # Embedding backward. A tied weight's two gradients (lm_head's, held in autograd's
-        # input buffer since the start of backward, and the embedding's) are summed out of
-        # place before AccumulateGrad: old, new and sum are alive together.
-        "backward (embedding)": moment(
-            0, 0, st.gradients, 2 * grad_head if full and spec.tied_embeddings else 0
-        ),
-        "optimizer step": moment(0, 0, st.gradients, st.optimizer_temp),
-    }
+
+def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
+    """The step's building blocks for a validated plan."""
+    precision = dtypes(plan)
+    states = model_states(spec, plan, precision)
+    layer = layer_activations(spec, plan, precision, kernels)
+    head = head_activations(spec, plan, precision)
+    tokens = plan.batch * plan.seq_len
+    layers = spec.layers
+    method = plan.training
+
+    layer_saved = (
+        tokens * layer.saved + tokens * plan.seq_len * layer.attention_scores + layer.saved_fixed
+    )
+    # torch.autocast caches a 16-bit copy of each fp32 leaf weight for the whole forward
+    # (aten/src/ATen/autocast_mode.cpp cached_cast); a 16-bit or 4-bit base is used as it is
+    # (bitsandbytes dequantizes NF4 per op, bitsandbytes/nn/modules.py Linear4bit.forward).
+    copies = precision.autocast and precision.weight == 4 and not method.quantized_base
+    copy_layer, copy_head = autocast_copy_bytes(spec) if copies else (0, 0)
+    head_saved = tokens * head.saved
+
+    # Gradients arrive in backward order: lm_head (or the tied embedding), layers, embedding.
+    grad_bytes = precision.trainable
+    grad_head = spec.vocab * spec.hidden * grad_bytes if method.trains_base else 0
+    grad_embed = grad_head if method.trains_base and not spec.tied_embeddings else 0
+    if plan.zero >= 2:  # ZeRO-2 reduce-scatters gradients: each GPU keeps its shard
+        grad_head, grad_embed = grad_head // plan.gpus, grad_embed // plan.gpus
+    grad_layer = max(0, states.gradients - grad_head - grad_embed) // layers
+    dequant = (
+        2 * max(lin.in_features * lin.out_features for lin in spec.linears())
+        if method.quantized_base
+        else 0
+    )
+    if plan.grad_ckpt:
+        # transformers' gradient checkpointing keeps each layer's input and recomputes the
+        # layer in backward (torch/utils/checkpoint.py): one layer's saves exist at a time.
+        kept_per_layer = tokens * layer.checkpoint
+        recompute = layer_saved + copy_layer
+        forward_copies = layers * copy_layer + copy_head  # cached until autocast exits
+        saved_after_forward = layers * kept_per_layer + head_saved
+    else:
+        kept_per_layer = layer_saved + copy_layer
+        recompute = forward_copies = 0
+        saved_after_forward = layers * kept_per_layer + head_saved + copy_head
+    return Step(
+        states=states,
+        layers=layers,
+        kept_per_layer=kept_per_layer,
+        recompute=recompute,
+        saved_after_forward=saved_after_forward,
+        forward_copies=forward_copies,
+        logits_forward=tokens * head.logits_forward,
+        loss_backward=tokens * head.loss_backward,
+        layer_transient=tokens * layer.backward_transient + layer.transient_fixed,
+        dequant=dequant,
+        grad_head=grad_head,
+        grad_embed=grad_embed,
+        grad_layer=grad_layer,
+        tied_sum=2 * grad_head if method.trains_base and spec.tied_embeddings else 0,
+    )
+
+
+def forward_and_loss(s: Step) -> dict[str, int]:
+    """End of forward: every saved activation, the logits and the loss's fp32 upcast
+    (transformers/loss/loss_utils.py ForCausalLMLoss: ``logits.float()``)."""
+    return s.alive(s.saved_after_forward, s.logits_forward, 0, s.forward_copies + s.dequant)
+
+
+def loss_backward(s: Step) -> dict[str, int]:
+    """log_softmax backward: grad input, grad output and the saved fp32 output at once."""
+    return s.alive(s.saved_after_forward, s.loss_backward, 0, 0)
+
+
+def backward_last_layer(s: Step) -> dict[str, int]:
+    """Backward through the last layer: its saves (recomputed under checkpointing) and those
+    of every layer below are alive; the head's gradient exists."""
+    activations = s.layers * s.kept_per_layer + s.recompute
+    grads = s.grad_head + s.grad_layer
+    return s.alive(activations, 0, grads, s.layer_transient + s.dequant)
+
+
+def backward_first_layer(s: Step) -> dict[str, int]:
+    """Backward through the first layer: every layer's gradient, one layer's activations."""
+    grads = s.grad_head + s.layers * s.grad_layer
+    return s.alive(s.kept_per_layer + s.recompute, 0, grads, s.layer_transient + s.dequant)
+
+
+def backward_embedding(s: Step) -> dict[str, int]:
+    """The embedding's backward. A tied weight's two gradients (lm_head's, held in autograd's
+    input buffer since backward began, and the embedding's) are summed out of place before
+    AccumulateGrad (torch/csrc/autograd/input_buffer.cpp): old, new and sum are alive."""
+    return s.alive(0, 0, s.states.gradients, s.tied_sum)
+
+
+def optimizer_step(s: Step) -> dict[str, int]:
+    """optimizer.step(): gradients, states and the optimizer's own temporaries."""
+    return s.alive(0, 0, s.states.gradients, s.states.optimizer_temp)
+
+
+MOMENTS = {
+    "forward": forward_and_loss,
+    "loss backward": loss_backward,
+    "backward (last layer)": backward_last_layer,
+    "backward (first layer)": backward_first_layer,
+    "backward (embedding)": backward_embedding,
+    "optimizer step": optimizer_step,
+}
+
+
+def estimate(
+    plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda", runtime: TargetKind = "gpu"
+) -> Estimate:
+    """Estimate one training step. ``kernels="cpu"`` models CPU kernels where they keep
+    different tensors (dropout), for comparison with measurements taken on a CPU;
+    ``runtime`` is the kind of device whose overhead the device peak adds."""
+    if kernels not in ("cuda", "cpu"):
+        raise ValueError(f"kernels must be 'cuda' or 'cpu', not {kernels!r}")
+    plan = plan.validated()
+    step = step_sizes(plan, spec, kernels)
+    phases = {name: moment(step) for name, moment in MOMENTS.items()}
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     peak_phase = max(totals, key=lambda name: totals[name])
     allocated = totals[peak_phase]
-    runtime = {
-        "CUDA context": CUDA_CONTEXT_BYTES,
-        "allocator reserve": round(allocated * ALLOCATOR_RESERVE_FRACTION),
-    }
-    parts = {**phases[peak_phase], **runtime}
+    overhead = runtime_overhead(runtime, allocated)
+    parts = {**phases[peak_phase], **overhead}
     components = tuple(
         Component(name, int(parts.get(name, 0)), "runtime" if name in RUNTIME else "tensor")
         for name in COMPONENTS
@@ -177,31 +246,31 @@ def estimate(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Estimate
         model=spec,
         components=components,
         allocated_bytes=allocated,
-        device_bytes=allocated + sum(runtime.values()),
+        device_bytes=allocated + sum(overhead.values()),
         peak_phase=peak_phase,
         phases=totals,
         breakdown=phases,
         rule_of_thumb_bytes=rule_of_thumb_bytes(spec.params, plan),
-        trainable_params=st.trainable_params,
-        saved_activation_bytes=saved_after_forward,
-        notes=_notes(spec, plan),
+        trainable_params=step.states.trainable_params,
+        saved_activation_bytes=step.saved_after_forward,
+        notes=_notes(spec, plan, runtime),
+        runtime_kind=runtime,
     )
 
 
-def _notes(spec: ModelSpec, plan: Plan) -> tuple[str, ...]:
+def _notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> tuple[str, ...]:
     notes = list(spec.notes)
     if plan.attn == "eager":
         notes.append("eager attention keeps batch x heads x seq^2 scores per layer; sdpa does not")
     if spec.final_logit_softcap and plan.attn == "sdpa":
         notes.append("Gemma 2 soft-caps attention logits, which only eager attention applies")
-    if spec.is_moe and plan.method == "qlora":
+    if spec.is_moe and plan.training.quantized_base:
         notes.append(
             "QLoRA on fused MoE experts is not measured yet: experts are assumed to be "
             "quantized to NF4 like linear layers"
         )
-    if not CALIBRATED:
-        notes.append(
-            "runtime overhead (CUDA context, allocator reserve) uses typical figures, "
-            "not yet calibrated on a GPU"
-        )
+    ignored = plan.ignored_fields()
+    if ignored:
+        notes.append(f"{', '.join(ignored)} do not apply to this plan and change nothing")
+    notes.append(runtime_note(runtime))
     return tuple(notes)

@@ -1,4 +1,8 @@
-"""A training plan: every input the estimate depends on, validated, with defaults filled in.
+"""A training plan: every input the estimate depends on, each field declared once.
+
+Each field's ``plan_field`` declaration (trainmem.core.fields) is the single source the CLI
+flags, the dashboard form, plan files, ``plan --json`` and the measurement harness derive from;
+``tests/test_plan_fields.py`` fails when a front end lacks one.
 
 Defaults follow what most fine-tuners run today: LoRA rank 16 on all linear layers
 (PEFT/TRL recipes), bf16 weights, fused AdamW (the Trainer's default with torch >= 2.8),
@@ -7,12 +11,13 @@ gradient checkpointing on (TRL's SFTConfig default), SDPA attention, 2048 tokens
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from trainmem.core.errors import PlanError
+from trainmem.core.fields import FieldSpec, field_specs, plan_field
+from trainmem.core.methods import METHODS, Method, method_record
 
-METHODS = ("full", "lora", "qlora")
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed")
 OPTIMIZERS = ("adamw", "adamw-foreach", "adamw-8bit", "paged-adamw-8bit", "sgd", "adafactor")
 ATTENTION = ("sdpa", "eager")
@@ -20,92 +25,234 @@ OFFLOAD = ("none", "optimizer", "params")
 LORA_MODULES = ("q", "k", "v", "o", "gate", "up", "down")
 LORA_PRESETS = {"all-linear": LORA_MODULES, "attention": ("q", "k", "v", "o")}
 
-# Upper bounds that catch typos (a 10^9-token sequence) without limiting real plans.
-_LIMITS = {
-    "seq_len": (1, 10_000_000),
-    "batch": (1, 65_536),
-    "lora_rank": (1, 65_536),
-    "gpus": (1, 65_536),
-    "zero": (0, 3),
-}
+
+def _adapter(plan: Plan) -> bool:
+    return method_record(plan.method).trains_adapter
+
+
+def _quantized(plan: Plan) -> bool:
+    return method_record(plan.method).kbit_prep
+
+
+def _sharded(plan: Plan) -> bool:
+    return plan.zero > 0
 
 
 @dataclass(frozen=True)
 class Plan:
     """One training configuration. ``validated()`` returns it checked and normalised."""
 
-    model: str = "Qwen/Qwen2.5-7B"
-    method: str = "lora"
-    seq_len: int = 2048
-    batch: int = 2
-    grad_ckpt: bool = True
-    attn: str = "sdpa"
-    precision: str = "bf16"
-    optimizer: str = "adamw"
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_targets: str = "all-linear"
-    lora_dropout: float = 0.0
-    kbit_prep: bool = True  # TRL's SFTTrainer calls prepare_model_for_kbit_training for QLoRA
-    gpus: int = 1
-    zero: int = 0
-    offload: str = "none"
-    device: str = "auto"
-    rule_of_thumb: bool = False
+    model: str = plan_field(
+        "Qwen/Qwen2.5-7B",
+        FieldSpec(
+            "text",
+            "Model",
+            "a count (7B, 494M), a catalogue id, a config.json path or folder, or a Hugging "
+            "Face id in the local cache (org/name@revision for a revision)",
+        ),
+    )
+    method: str = plan_field(
+        "lora", FieldSpec("choice", "Method", "what is trained", choices=METHODS)
+    )
+    seq_len: int = plan_field(
+        2048, FieldSpec("int", "Seq length", "tokens per example", low=1, high=10_000_000)
+    )
+    batch: int = plan_field(2, FieldSpec("int", "Batch", "micro-batch per GPU", low=1, high=65_536))
+    grad_ckpt: bool = plan_field(
+        True,
+        FieldSpec(
+            "bool", "Grad ckpt", "gradient checkpointing (on by default, as TRL's SFTConfig)"
+        ),
+    )
+    precision: str = plan_field(
+        "bf16",
+        FieldSpec(
+            "choice",
+            "Precision",
+            "dtype the model is loaded in; -mixed = fp32 weights under autocast",
+            choices=PRECISIONS,
+            advanced=True,
+        ),
+    )
+    optimizer: str = plan_field(
+        "adamw",
+        FieldSpec(
+            "choice",
+            "Optimizer",
+            "adamw is torch's fused AdamW, the Trainer's default",
+            choices=OPTIMIZERS,
+            advanced=True,
+        ),
+    )
+    lora_rank: int = plan_field(
+        16,
+        FieldSpec(
+            "int",
+            "LoRA rank",
+            "adapter rank r",
+            low=1,
+            high=65_536,
+            advanced=True,
+            applies=_adapter,
+        ),
+    )
+    lora_alpha: float = plan_field(
+        32.0,
+        FieldSpec(
+            "float",
+            "LoRA alpha",
+            "adapter scaling (no effect on memory)",
+            low=0,
+            low_open=True,
+            high=1e6,
+            advanced=True,
+            applies=_adapter,
+        ),
+    )
+    lora_targets: str = plan_field(
+        "all-linear",
+        FieldSpec(
+            "text",
+            "Targets",
+            "all-linear, attention, or a list such as q,k,v,o,gate,up,down",
+            advanced=True,
+            applies=_adapter,
+        ),
+    )
+    lora_dropout: float = plan_field(
+        0.0,
+        FieldSpec(
+            "float",
+            "LoRA drop",
+            "adapter dropout (PEFT's default 0); above 0 each adapter keeps a copy of its input",
+            low=0.0,
+            high=0.99,
+            advanced=True,
+            applies=_adapter,
+        ),
+    )
+    kbit_prep: bool = plan_field(
+        True,
+        FieldSpec(
+            "bool",
+            "kbit prep",
+            "QLoRA with PEFT's prepare_model_for_kbit_training (on by default, as TRL does)",
+            advanced=True,
+            applies=_quantized,
+        ),
+    )
+    attn: str = plan_field(
+        "sdpa",
+        FieldSpec(
+            "choice",
+            "Attention",
+            "sdpa (transformers' default: no s^2 scores kept) or eager",
+            choices=ATTENTION,
+            advanced=True,
+        ),
+    )
+    gpus: int = plan_field(
+        1,
+        FieldSpec("int", "GPUs", "data-parallel GPUs", low=1, high=65_536, advanced=True),
+    )
+    zero: int = plan_field(
+        0,
+        FieldSpec(
+            "choice",
+            "ZeRO stage",
+            "DeepSpeed ZeRO stage: 1 shards optimizer state, 2 gradients too, 3 weights too",
+            choices=(0, 1, 2, 3),
+            advanced=True,
+        ),
+    )
+    offload: str = plan_field(
+        "none",
+        FieldSpec(
+            "choice",
+            "Offload",
+            "ZeRO-Offload of the optimizer (stage 1-3) or of parameters too (stage 3)",
+            choices=OFFLOAD,
+            advanced=True,
+            applies=_sharded,
+        ),
+    )
+    device: str = plan_field(
+        "auto",
+        FieldSpec(
+            "text",
+            "Device",
+            "auto, a preset (rtx-4090, h100-80gb, mac-36gb), a size (24GiB, unified:36GB), "
+            "or a comma list",
+            advanced=True,
+        ),
+    )
+    rule_of_thumb: bool = plan_field(
+        False,
+        FieldSpec(
+            "bool",
+            "Judge on",
+            "judge the fit on the guide's rule of thumb instead of the detailed estimate",
+            bool_words=("rule of thumb", "device peak"),
+            advanced=True,
+        ),
+    )
 
     def validated(self) -> Plan:
-        for name in ("method", "precision", "optimizer", "attn", "offload"):
-            choices = {
-                "method": METHODS,
-                "precision": PRECISIONS,
-                "optimizer": OPTIMIZERS,
-                "attn": ATTENTION,
-                "offload": OFFLOAD,
-            }[name]
-            value = getattr(self, name)
-            if value not in choices:
-                raise PlanError(name, f"{value!r} is not one of {', '.join(choices)}")
-        for name, (low, high) in _LIMITS.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise PlanError(name, f"{value!r} is not a whole number")
-            if not low <= value <= high:
-                raise PlanError(name, f"{value:,} is outside {low:,}..{high:,}")
-        if not isinstance(self.lora_alpha, (int, float)) or self.lora_alpha <= 0:
-            raise PlanError("lora_alpha", f"{self.lora_alpha!r} must be a positive number")
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise PlanError("lora_dropout", f"{self.lora_dropout!r} must be in [0, 1)")
-        targets = parse_lora_targets(self.lora_targets)
-        if self.offload == "optimizer" and self.zero == 0:
-            raise PlanError("offload", "optimizer offload needs ZeRO stage 1, 2 or 3 (--zero)")
-        if self.offload == "params" and self.zero != 3:
-            raise PlanError("offload", "parameter offload needs ZeRO stage 3 (--zero 3)")
-        if not self.model.strip():
+        """Every field checked against its declaration, then the rules between fields."""
+        values = {spec.name: spec.check(getattr(self, spec.name)) for spec in PLAN_FIELDS}
+        plan = replace(self, **values)
+        if not plan.model.strip():
             raise PlanError("model", "is empty; give a catalogue id, a count like 7B or a path")
-        preset = self.lora_targets.strip().lower() in LORA_PRESETS
+        if plan.offload == "optimizer" and plan.zero == 0:
+            raise PlanError("offload", "optimizer offload needs ZeRO stage 1, 2 or 3 (--zero)")
+        if plan.offload == "params" and plan.zero != 3:
+            raise PlanError("offload", "parameter offload needs ZeRO stage 3 (--zero 3)")
+        targets = parse_lora_targets(plan.lora_targets)
+        preset = plan.lora_targets.strip().lower()
         return replace(
-            self, lora_targets=self.lora_targets.strip().lower() if preset else ",".join(targets)
+            plan,
+            model=plan.model.strip(),
+            lora_targets=preset if preset in LORA_PRESETS else ",".join(targets),
         )
 
     @property
+    def training(self) -> Method:
+        """The method's record (raises PlanError for an unknown method)."""
+        return method_record(self.method)
+
+    @property
     def trains_adapter(self) -> bool:
-        return self.method in ("lora", "qlora")
+        return self.training.trains_adapter
 
     @property
     def target_modules(self) -> tuple[str, ...]:
         return parse_lora_targets(self.lora_targets)
+
+    def ignored_fields(self) -> tuple[str, ...]:
+        """Fields set away from their default that do not apply to this plan (LoRA rank on
+        a full fine-tune): said in the notes, so nobody believes they changed the figure."""
+        return tuple(
+            s.name
+            for s in PLAN_FIELDS
+            if s.applies is not None and not s.applies(self) and getattr(self, s.name) != s.default
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
-        """Build from a dict (a saved plan); unknown keys are an error, not silently dropped."""
-        known = {f.name for f in fields(cls)}
+        """Build from a dict (a saved plan); unknown keys are an error, not silently dropped.
+        Missing keys take their defaults."""
+        known = {s.key for s in PLAN_FIELDS}
         unknown = sorted(set(data) - known)
         if unknown:
             raise PlanError(unknown[0], f"unknown plan field; known: {', '.join(sorted(known))}")
-        return cls(**data).validated()
+        return cls(**{s.name: data[s.key] for s in PLAN_FIELDS if s.key in data}).validated()
+
+
+PLAN_FIELDS: tuple[FieldSpec, ...] = field_specs(Plan)
+FIELDS_BY_NAME = {s.name: s for s in PLAN_FIELDS}
 
 
 def parse_lora_targets(text: str) -> tuple[str, ...]:

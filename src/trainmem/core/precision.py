@@ -40,7 +40,7 @@ def dtypes(plan: Plan) -> Dtypes:
     weight = 2 if half else 4
     resid = 2 if half else 4
     act = 2 if (half or mixed) else 4
-    if plan.method == "qlora" and plan.kbit_prep:
+    if plan.training.kbit_prep and plan.kbit_prep:
         resid = act = 4
     trainable = 4 if plan.trains_adapter else weight  # PEFT keeps adapters in fp32
     return Dtypes(

@@ -13,20 +13,14 @@ from __future__ import annotations
 from trainmem.core.plan import Plan
 from trainmem.core.units import GB
 
-LORA = (2.0, 3.0)
-FULL = (12.0, 4.0)
-FULL_MASTER = (16.0, 4.0)
-QLORA = (0.7, 3.4)
-
 
 def rule_coefficients(plan: Plan) -> tuple[float, float]:
-    """(GB per billion parameters, fixed GB) for the plan's method."""
-    if plan.method == "lora":
-        return LORA
-    if plan.method == "qlora":
-        return QLORA
+    """(GB per billion parameters, fixed GB) for the plan's method (its record holds them)."""
+    method = plan.training
     master = plan.precision == "fp32" or plan.precision.endswith("-mixed")
-    return FULL_MASTER if master else FULL
+    if master and method.rule_master is not None:
+        return method.rule_master
+    return method.rule
 
 
 def rule_of_thumb_bytes(params: int, plan: Plan) -> int:

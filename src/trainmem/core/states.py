@@ -125,7 +125,7 @@ def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
     mats = trainable_matrices(spec, plan)
     trainable = sum(m.numel for m in mats)
     params = spec.params
-    if plan.method == "qlora":
+    if plan.training.base == "nf4":
         q_elems = spec.layers * spec.layer_weight_elements
         other = params - q_elems  # embeddings, lm_head, norms and biases stay unquantized
         weights = round(q_elems * NF4_BYTES_PER_PARAM) + other * dt.resid

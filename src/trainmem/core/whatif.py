@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.estimator import estimate
 from trainmem.core.fit import TIGHT_FRACTION
-from trainmem.core.plan import METHODS, Plan
+from trainmem.core.methods import METHODS
+from trainmem.core.plan import Plan
 
 SEARCH_LIMIT = 1 << 20
 
@@ -102,15 +103,15 @@ def advice(
                 None,
             )
         )
-    if plan.method != "qlora":
+    if not plan.training.quantized_base:
         options.append(("switch to QLoRA (4-bit base)", {"method": "qlora"}, None))
     if not plan.grad_ckpt:
         options.append(
             ("enable gradient checkpointing (~20-30% slower)", {"grad_ckpt": True}, None)
         )
-    if plan.method == "full":
+    if plan.training.trains_base:
         options.append(("train a LoRA adapter instead of every weight", {"method": "lora"}, None))
-    if plan.optimizer in ("adamw", "adamw-foreach") and plan.method == "full":
+    if plan.optimizer in ("adamw", "adamw-foreach") and plan.training.trains_base:
         options.append(("use 8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"}, None))
     result = []
     for action, changes, warning in options:
