@@ -14,6 +14,7 @@ from trainmem.app.fixture import demo_plan_set
 from trainmem.app.screens.compare import CompareScreen
 from trainmem.app.screens.plan import PlanScreen
 from trainmem.app.screens.prompt import PromptScreen
+from trainmem.app.workspace import Workspace
 from trainmem.core import Plan
 from trainmem.planner.report import build_report
 from trainmem.sources.plan_files import load_plans, save_plans, session_path
@@ -46,7 +47,8 @@ async def test_compare_actions_and_export(
         assert table.row_count == 4
         await pilot.press("d")  # duplicate row 1
         await settle(app, pilot)
-        assert names(app)[:2] == ["7B LoRA 2k×2", "7B LoRA 2k×2 (2)"] and table.row_count == 5
+        first = "Qwen2.5-7B lora 2048x2 r16"  # rank 16 differs from the QLoRA plan's 64
+        assert names(app)[:2] == [first, f"{first} (2)"] and table.row_count == 5
         await pilot.press("r")
         await answer(app, pilot, "short context")
         assert names(app)[1] == "short context"
@@ -60,7 +62,7 @@ async def test_compare_actions_and_export(
         await pilot.press("m")
         await answer(app, pilot, str(tmp_path / "cmp.md"))
         md = (tmp_path / "cmp.md").read_text()
-        assert md.startswith("| Plan | Model |") and "7B QLoRA 4k×2" in md
+        assert md.startswith("| Plan | Model |") and "Qwen2.5-7B qlora 4096x2 r64" in md
         assert "| logits |" in md
         await pilot.press("j")
         await answer(app, pilot, str(tmp_path / "cmp.json"))
@@ -90,14 +92,14 @@ async def test_save_load_and_a_broken_file(
         await settle(app, pilot)
         await pilot.press("ctrl+s")
         await answer(app, pilot, str(saved))
-        assert load_plans(saved) == app.workspace.to_plan_set()
+        assert Workspace(load_plans(saved)).to_plan_set() == app.workspace.to_plan_set()
 
         await pilot.press("ctrl+n")  # change the workspace, then load the saved plans back
         await settle(app, pilot)
         assert len(app.workspace.plans) == 5
         await pilot.press("ctrl+o")
         await answer(app, pilot, str(saved))
-        assert app.workspace.to_plan_set() == load_plans(saved)
+        assert app.workspace.to_plan_set() == Workspace(load_plans(saved)).to_plan_set()
         assert app.screen.query_one("#f-batch", Input).value == "1"  # the form follows
 
         await pilot.press("ctrl+o")
@@ -118,7 +120,10 @@ async def test_session_is_kept_unless_its_file_was_broken(
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
     assert app.save_session() is None
-    assert load_plans(session_path()) == demo_plan_set()
+    assert (
+        Workspace(load_plans(session_path())).to_plan_set()
+        == Workspace(demo_plan_set()).to_plan_set()
+    )
 
     session_path().write_text("garbage = [")
     app = demo_app(broken_paths=[session_path()])

@@ -64,10 +64,14 @@ def test_advice_is_ranked_in_the_guides_order(capsys):
         (["--seq-len", "abc"], "--seq-len"),
         (["--batch", "-2"], "--batch"),
         (["--method", "dora"], "--method"),
-        (["--seq-len", "99999999999"], "seq_len"),
+        (["--seq-len", "99999999999"], "--seq-len"),
+        (["--lora-alpha", "nan"], "--lora-alpha"),
+        (["--lora-dropout", "inf"], "--lora-dropout"),
+        (["--lora-dropout", "1.5"], "--lora-dropout"),
+        (["--model", "a/b@x", "--revision", "y"], "--revision"),
         (["--device", "16G"], "ambiguous"),
         (["--zero", "0", "--offload", "optimizer"], "offload"),
-        (["--lora-targets", "q,banana"], "lora_targets"),
+        (["--lora-targets", "q,banana"], "--lora-targets"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, field):
@@ -85,3 +89,26 @@ def test_table_output_runs(capsys):
     assert main(["plan", "--model", "1.5B", "--device", "24GB"]) == 0
     out = capsys.readouterr().out
     assert "activations" in out and "24GB" in out
+
+
+@pytest.mark.parametrize(
+    ("device", "status"),
+    [("80GB", 0), ("8GB", 1), ("80GB,8GB", 1)],
+)
+def test_check_exit_status_guards_a_launch(device, status, capsys):
+    """--check: 0 when every device fits, 1 when one does not."""
+    args = ["plan", "--model", "Qwen/Qwen2.5-7B", "--method", "lora", "--device", device]
+    assert main([*args, "--check"]) == status
+    assert main([*args, "--check", "--json"]) == status
+    assert main(args) == 0  # without --check the verdict does not change the exit status
+
+
+def test_check_counts_tight_as_fitting(capsys):
+    """A device barely above the need is 'tight', which --check accepts."""
+    main(["plan", "--model", "7B", "--device", "80GB", "--json"])
+    need = json.loads(capsys.readouterr().out)["peak"]["device_bytes"]
+    device = f"{int(need * 1.05)}B"
+    assert main(["plan", "--model", "7B", "--device", device, "--json"]) == 0
+    fit = json.loads(capsys.readouterr().out)["fit"][0]
+    assert fit["verdict"] == "tight"
+    assert main(["plan", "--model", "7B", "--device", device, "--check"]) == 0

@@ -31,7 +31,10 @@ def test_round_trip_and_atomic_write(tmp_path: Path) -> None:
     ("text", "needle"),
     [
         ("not = [toml", "not valid TOML"),
-        ("version = 9\n[[plans]]\nname='x'\n", "format version 9"),
+        ("version = 9\n[[plans]]\nname='x'\n", "plans format 9 by a newer trainmem-tui"),
+        ("version = 'one'\n[[plans]]\n", "not a format version"),
+        ("[[plans]]\nname = 'x'\nmodel = 5\n", "plan 1 (x): model: 5 is not text"),
+        ("[[plans]]\ngrad_ckpt = 'yes'\n", "plan 1: grad_ckpt"),
         ("version = 1\n", "no [[plans]]"),
         ("[[plans]]\nname = 'x'\nbatch = 0\n", "plan 1 (x): batch"),
         ("[[plans]]\nname = 'x'\ncolour = 'red'\n", "plan 1 (x): colour: unknown plan field"),

@@ -145,14 +145,16 @@ def demo_sampler_factory(
 
 
 def demo_plan_set() -> PlanSet:
-    """Three plans to compare on the demo machine; the selected one is the job on GPU 1."""
+    """Four plans to compare on the demo machine; the selected one is the job on GPU 1. All
+    but the last carry default names (what distinguishes them); the last was renamed."""
     return PlanSet(
         (
-            NamedPlan("7B LoRA 2k×2", Plan()),
-            NamedPlan("7B LoRA 2k×1", Plan(batch=1)),
-            NamedPlan("7B QLoRA 4k×2", Plan(method="qlora", seq_len=4096)),
+            NamedPlan("", Plan(), auto=True),
+            NamedPlan("", Plan(batch=1), auto=True),
+            NamedPlan("", Plan(method="qlora", seq_len=4096, lora_rank=64), auto=True),
             NamedPlan(
-                "3B full 1k×4", Plan(model="Qwen/Qwen2.5-3B", method="full", seq_len=1024, batch=4)
+                "3B baseline",
+                Plan(model="Qwen/Qwen2.5-3B", method="full", seq_len=1024, batch=4),
             ),
         ),
         selected=1,

@@ -1,6 +1,8 @@
 """The plans open in the dashboard: an ordered list of named plans and the selected one.
 
 Plain Python, no Textual: the app owns one and bumps a reactive counter when it changes.
+Plans without a name of the user's own are named by what distinguishes them from the others
+(trainmem.planner.naming), and those names follow every change.
 """
 
 from __future__ import annotations
@@ -8,14 +10,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trainmem.core.plan import Plan
-from trainmem.sources.plan_files import NamedPlan, PlanSet, plan_name
+from trainmem.planner.naming import default_names
+from trainmem.sources.plan_files import NamedPlan, PlanSet
 
 
 class Workspace:
     def __init__(self, plan_set: PlanSet | None = None) -> None:
-        plan_set = plan_set or PlanSet((NamedPlan(plan_name(Plan()), Plan()),))
-        self.plans: list[NamedPlan] = list(plan_set.plans) or [NamedPlan("plan", Plan())]
+        plan_set = plan_set or PlanSet((NamedPlan("", Plan(), auto=True),))
+        self.plans: list[NamedPlan] = list(plan_set.plans) or [NamedPlan("", Plan(), auto=True)]
         self.selected = min(max(plan_set.selected, 0), len(self.plans) - 1)
+        self._rename_auto()
 
     @property
     def current(self) -> NamedPlan:
@@ -24,12 +28,28 @@ class Workspace:
     def to_plan_set(self) -> PlanSet:
         return PlanSet(tuple(self.plans), self.selected)
 
+    def _rename_auto(self) -> None:
+        """Give every auto-named plan its default name, unique among all the names."""
+        defaults = default_names([p.plan for p in self.plans])
+        taken = {p.name for p in self.plans if not p.auto}
+        for i, named in enumerate(self.plans):
+            if not named.auto:
+                continue
+            name, n = defaults[i], 2
+            while name in taken:
+                name, n = f"{defaults[i]} ({n})", n + 1
+            taken.add(name)
+            if name != named.name:
+                self.plans[i] = replace(named, name=name)
+
     def replace_all(self, plan_set: PlanSet) -> None:
         self.plans = list(plan_set.plans)
         self.selected = min(plan_set.selected, len(self.plans) - 1)
+        self._rename_auto()
 
     def update_current(self, plan: Plan) -> None:
         self.plans[self.selected] = replace(self.current, plan=plan)
+        self._rename_auto()
 
     def select(self, index: int) -> None:
         self.selected = min(max(index, 0), len(self.plans) - 1)
@@ -45,21 +65,32 @@ class Workspace:
 
     def add(self, plan: Plan | None = None) -> int:
         """Add a plan (the defaults when none is given), select it and return its index."""
-        plan = plan or Plan()
-        self.plans.append(NamedPlan(self._unique(plan_name(plan)), plan))
+        self.plans.append(NamedPlan("", plan or Plan(), auto=True))
         self.selected = len(self.plans) - 1
+        self._rename_auto()
         return self.selected
 
     def duplicate(self, index: int) -> int:
+        """A copy after ``index``; a user-named plan's copy is "name (2)", an auto-named
+        one's stays auto (it is named by what the user then changes)."""
         source = self.plans[index]
-        self.plans.insert(index + 1, NamedPlan(self._unique(source.name), source.plan))
+        name = source.name if source.auto else self._unique(source.name)
+        self.plans.insert(index + 1, NamedPlan(name, source.plan, auto=source.auto))
         self.selected = index + 1
+        self._rename_auto()
         return self.selected
 
     def rename(self, index: int, name: str) -> None:
+        """A name of the user's own; an empty one goes back to the default name."""
         name = name.strip()
-        if name and name != self.plans[index].name:
-            self.plans[index] = replace(self.plans[index], name=self._unique(name))
+        named = self.plans[index]
+        if not name:
+            self.plans[index] = replace(named, auto=True)
+        elif name != named.name or named.auto:
+            others = self.plans[:index] + self.plans[index + 1 :]
+            unique = name if name not in {p.name for p in others} else self._unique(name)
+            self.plans[index] = replace(named, name=unique, auto=False)
+        self._rename_auto()
 
     def delete(self, index: int) -> bool:
         """Remove a plan; the last one cannot be removed (the form always edits one)."""
@@ -68,4 +99,5 @@ class Workspace:
         del self.plans[index]
         if self.selected >= index and self.selected > 0:
             self.selected -= 1
+        self._rename_auto()
         return True

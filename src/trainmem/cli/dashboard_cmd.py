@@ -21,7 +21,6 @@ from trainmem.sources.plan_files import (
     PlanSet,
     PlansFileError,
     load_plans,
-    plan_name,
     session_path,
 )
 
@@ -100,7 +99,7 @@ def startup(argv: list[str]) -> Startup:
             messages.append(("error", f"{exc}. The file is left untouched."))
     if cli_plan is not None:  # open on the plan the flags describe, after the restored ones
         if plan_set is None:
-            plan_set = PlanSet((NamedPlan(plan_name(cli_plan), cli_plan),))
+            plan_set = PlanSet((NamedPlan("", cli_plan, auto=True),))
         else:
             from trainmem.app.workspace import Workspace
 

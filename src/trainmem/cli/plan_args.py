@@ -1,89 +1,76 @@
-"""The plan flags, shared by `trainmem-tui plan` and the dashboard (which opens on that plan)."""
+"""The plan flags, derived from the plan's field declarations (trainmem.core.plan), shared by
+`trainmem-tui plan` and the dashboard (which opens on that plan)."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
+import math
+from typing import Any
 
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.errors import PlanError
-from trainmem.core.plan import ATTENTION, METHODS, OFFLOAD, OPTIMIZERS, PRECISIONS, Plan
+from trainmem.core.fields import FieldSpec
+from trainmem.core.plan import PLAN_FIELDS, Plan
 from trainmem.sources.resolve import resolve_model
 
-DEFAULTS = Plan()
+GROUP = "plan"
 
 
-def _positive_int(text: str) -> int:
+def _whole_number(text: str) -> int:
     try:
-        value = int(text.replace("_", "").replace(",", ""))
+        return int(text.replace("_", "").replace(",", ""))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
 
 
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+def _choice_type(spec: FieldSpec) -> Any:
+    kinds = {type(c) for c in spec.choices}
+    return int if kinds == {int} else str
+
+
+def _add(group: argparse._ArgumentGroup, spec: FieldSpec) -> None:
+    shown = spec.format(spec.default)
+    help_text = f"{spec.help} (default {shown})".replace("%", "%%")
+    if spec.kind == "bool":
+        group.add_argument(
+            spec.flag, action=argparse.BooleanOptionalAction, default=spec.default, help=help_text
+        )
+    elif spec.kind == "choice":
+        group.add_argument(
+            spec.flag,
+            type=_choice_type(spec),
+            choices=spec.choices,
+            default=spec.default,
+            help=help_text,
+        )
+    else:
+        kind = {"int": _whole_number, "float": _finite, "text": str}[spec.kind]
+        group.add_argument(spec.flag, type=kind, default=spec.default, help=help_text)
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
-    d = DEFAULTS
-    g = parser.add_argument_group("plan")
-    g.add_argument(
-        "--model",
-        default=d.model,
-        help=f"a count (7B, 494M), a catalogue id, a config.json path or a cached id "
-        f"(default {d.model})",
+    group = parser.add_argument_group(GROUP)
+    for spec in PLAN_FIELDS:
+        _add(group, spec)
+    group.add_argument(
+        "--revision",
+        help="a branch, tag or commit of a Hugging Face model (same as --model org/name@rev)",
     )
-    g.add_argument("--method", choices=METHODS, default=d.method, help="default %(default)s")
-    g.add_argument("--seq-len", type=_positive_int, default=d.seq_len, help="tokens per example")
-    g.add_argument("--batch", type=_positive_int, default=d.batch, help="micro-batch per GPU")
-    g.add_argument(
-        "--grad-ckpt",
-        action=argparse.BooleanOptionalAction,
-        default=d.grad_ckpt,
-        help="gradient checkpointing (default on, as TRL's SFTConfig)",
-    )
-    g.add_argument("--attn", choices=ATTENTION, default=d.attn, help="default %(default)s")
-    g.add_argument("--precision", choices=PRECISIONS, default=d.precision)
-    g.add_argument("--optimizer", choices=OPTIMIZERS, default=d.optimizer)
-    g.add_argument("--lora-rank", type=_positive_int, default=d.lora_rank)
-    g.add_argument("--lora-alpha", type=_number, default=d.lora_alpha)
-    g.add_argument(
-        "--lora-targets",
-        default=d.lora_targets,
-        help="all-linear, attention, or a list such as q,k,v,o,gate,up,down",
-    )
-    g.add_argument("--lora-dropout", type=_number, default=d.lora_dropout)
-    g.add_argument(
-        "--kbit-prep",
-        action=argparse.BooleanOptionalAction,
-        default=d.kbit_prep,
-        help="QLoRA with PEFT's prepare_model_for_kbit_training (default on, as TRL does)",
-    )
-    g.add_argument("--gpus", type=_positive_int, default=d.gpus)
-    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=d.zero)
-    g.add_argument("--offload", choices=OFFLOAD, default=d.offload)
-    g.add_argument(
-        "--device",
-        default=d.device,
-        help="auto, a preset (rtx-4090, h100-80gb, mac-36gb), a size (24GiB, unified:36GB), "
-        "or a comma list",
-    )
-    g.add_argument(
+    group.add_argument(
         "--download",
         action="store_true",
         help="fetch config.json and safetensors headers (never weights) of a Hub id "
         "that is not in the catalogue or the local cache",
-    )
-    g.add_argument(
-        "--rule-of-thumb",
-        action="store_true",
-        help="judge the fit on the guide's rule of thumb instead of the detailed estimate",
     )
 
 
@@ -92,15 +79,29 @@ def resolve_for_args(ns: argparse.Namespace, plan: Plan) -> ModelSpec:
     try:
         return resolve_model(plan.model)
     except PlanError:
-        if not getattr(ns, "download", False) or plan.model.count("/") != 1:
+        if not getattr(ns, "download", False) or "/" not in plan.model:
             raise
-    from trainmem.sources.hub import download
+    from trainmem.sources.hub import download, split_revision
 
-    download(plan.model)
+    hf_id, revision = split_revision(plan.model)
+    download(hf_id, revision)
     return resolve_model(plan.model)
 
 
 def plan_from_args(ns: argparse.Namespace) -> Plan:
-    """The validated Plan the flags describe (raises PlanError on bad combinations)."""
-    values = {f.name: getattr(ns, f.name) for f in fields(Plan)}
-    return Plan(**values).validated()
+    """The validated Plan the flags describe (raises PlanError on bad values or combinations,
+    named by flag)."""
+    values = {spec.name: getattr(ns, spec.name) for spec in PLAN_FIELDS}
+    revision = getattr(ns, "revision", None)
+    if revision:
+        model, _, given = values["model"].partition("@")
+        if given and given != revision:
+            raise PlanError("--revision", f"{revision!r} differs from {given!r} in --model")
+        values["model"] = f"{model}@{revision}"
+    try:
+        return Plan(**values).validated()
+    except PlanError as exc:
+        spec = next((s for s in PLAN_FIELDS if s.name == exc.field), None)
+        if spec is None:
+            raise
+        raise PlanError(spec.flag, exc.message) from None

@@ -15,6 +15,12 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser("plan", help="estimate the memory of one training plan")
     add_plan_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the stable JSON object")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when the plan does not fit every target device (tight counts as fitting), "
+        "0 when it fits, 2 for bad input: a guard for launch scripts",
+    )
     parser.set_defaults(run=run)
 
 
@@ -27,11 +33,17 @@ def run(ns: argparse.Namespace) -> int:
     except (PlanError, ValueError) as exc:
         sys.stderr.write(f"trainmem-tui plan: error: {exc}\n")
         return 2
+    status = 0
+    if ns.check:
+        if not report.fit:
+            sys.stderr.write("trainmem-tui plan: error: --check needs a device to judge on\n")
+            return 2
+        status = 0 if all(f.fits for f in report.fit) else 1
     if ns.json:
-        json.dump(report.to_json(), sys.stdout, indent=2)
+        json.dump(report.to_json(), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
-        return 0
+        return status
     from trainmem.cli.render import render_report
 
     render_report(report)
-    return 0
+    return status

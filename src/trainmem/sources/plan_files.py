@@ -28,6 +28,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
 
+# Format 1: ``version``, ``selected`` and ``[[plans]]`` tables holding the plan fields by
+# their keys (trainmem.core.plan) and an optional ``name``; a plan without a name is named
+# after what distinguishes it (the dashboard's default names). Missing fields take defaults,
+# so files written before a field existed load unchanged.
 FORMAT_VERSION = 1
 
 
@@ -42,8 +46,12 @@ class PlansFileError(Exception):
 
 @dataclass(frozen=True)
 class NamedPlan:
+    """A plan and its name. ``auto``: the name is the default one, which follows the plan's
+    edits (and is not written to files) until the user gives it a name of their own."""
+
     name: str
     plan: Plan
+    auto: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,9 @@ def to_toml(plan_set: PlanSet) -> str:
     doc: dict[str, Any] = {
         "version": FORMAT_VERSION,
         "selected": plan_set.selected,
-        "plans": [{"name": p.name, **p.plan.to_dict()} for p in plan_set.plans],
+        "plans": [
+            {**({} if p.auto else {"name": p.name}), **p.plan.to_dict()} for p in plan_set.plans
+        ],
     }
     return tomli_w.dumps(doc)
 
@@ -70,8 +80,14 @@ def from_toml(text: str, path: Path) -> PlanSet:
     except tomllib.TOMLDecodeError as exc:
         raise PlansFileError(path, f"not valid TOML: {exc}") from None
     version = doc.get("version", FORMAT_VERSION)
-    if version != FORMAT_VERSION:
-        raise PlansFileError(path, f"format version {version!r} is not supported (expected 1)")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise PlansFileError(path, f"format version {version!r} is not a format version")
+    if version > FORMAT_VERSION:
+        raise PlansFileError(
+            path,
+            f"written in plans format {version} by a newer trainmem-tui; this one reads "
+            f"format {FORMAT_VERSION} (upgrade to open it; the file is left as it is)",
+        )
     raw = doc.get("plans")
     if not isinstance(raw, list) or not raw:
         raise PlansFileError(path, "holds no [[plans]] tables")
@@ -80,13 +96,16 @@ def from_toml(text: str, path: Path) -> PlanSet:
         if not isinstance(entry, dict):
             raise PlansFileError(path, f"plan {i} is not a table")
         data = dict(entry)
-        name = str(data.pop("name", f"plan {i}"))
+        name = data.pop("name", None)
+        if name is not None and not isinstance(name, str):
+            raise PlansFileError(path, f"plan {i}: name {name!r} is not text")
         try:
-            plans.append(NamedPlan(name, Plan.from_dict(data)))
+            plan = Plan.from_dict(data)
         except PlanError as exc:
-            raise PlansFileError(path, f"plan {i} ({name}): {exc}") from None
-        except TypeError as exc:  # a value of the wrong type that validation could not read
-            raise PlansFileError(path, f"plan {i} ({name}): {exc}") from None
+            label = f"plan {i} ({name})" if name else f"plan {i}"
+            raise PlansFileError(path, f"{label}: {exc}") from None
+        auto = not name or _legacy_default_name(name, plan)
+        plans.append(NamedPlan("" if auto else name, plan, auto=auto))
     selected = doc.get("selected", 0)
     if not isinstance(selected, int) or not 0 <= selected < len(plans):
         selected = 0
@@ -127,10 +146,13 @@ def save_plans(path: Path, plan_set: PlanSet) -> None:
         raise PlansFileError(path, f"cannot write: {exc.strerror or exc}") from None
 
 
-def plan_name(plan: Plan) -> str:
-    """A short default name: model (last part), method, sequence length and batch."""
+def _legacy_default_name(name: str, plan: Plan) -> bool:
+    """Whether ``name`` is the default name earlier releases wrote for ``plan`` ("Qwen2.5-7B
+    lora 2048x2", maybe with " (2)"): such plans get today's default names instead."""
     model = plan.model.rstrip("/").split("/")[-1] or plan.model
-    return f"{model} {plan.method} {plan.seq_len}x{plan.batch}"
+    old = f"{model} {plan.method} {plan.seq_len}x{plan.batch}"
+    base, _, suffix = name.partition(" (")
+    return base == old and (not suffix or suffix.rstrip(")").isdigit())
 
 
 __all__ = [
@@ -142,7 +164,6 @@ __all__ = [
     "default_plans_path",
     "from_toml",
     "load_plans",
-    "plan_name",
     "save_plans",
     "session_path",
     "state_dir",

@@ -172,6 +172,7 @@ class PlanScreen(Screen[None]):
             self._invalid({"device": str(exc)})
             return
         form.show_errors({})
+        form.mark_applicable(plan)
         self.app.workspace.update_current(plan)
         self._report = report
         self.app.report = report

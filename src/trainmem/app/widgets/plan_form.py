@@ -8,6 +8,7 @@ The form only parses what was typed (a number is a number); the plan's own rules
 from __future__ import annotations
 
 from collections.abc import Iterable
+import math
 from typing import Any
 
 from textual.app import ComposeResult
@@ -18,52 +19,12 @@ from textual.suggester import Suggester
 from textual.widgets import Collapsible, Input, Static
 
 from trainmem.app.widgets.choice import Choice
-from trainmem.core.plan import ATTENTION, METHODS, OFFLOAD, OPTIMIZERS, PRECISIONS, Plan
+from trainmem.core.fields import FieldSpec
+from trainmem.core.plan import PLAN_FIELDS, Plan
 
 
-class Field:
-    """One row of the form. (A plain class: a dataclass costs ~1 ms to create at start-up.)"""
-
-    __slots__ = ("advanced", "choices", "kind", "label", "name")
-
-    def __init__(
-        self,
-        name: str,  # the Plan field it edits
-        label: str,
-        kind: str,  # "text" | "int" | "select" | "bool"
-        choices: tuple[Any, ...] = (),
-        advanced: bool = False,
-    ) -> None:
-        self.name = name
-        self.label = label
-        self.kind = kind
-        self.choices = choices
-        self.advanced = advanced
-
-
-FIELDS = (
-    Field("model", "Model", "text"),
-    Field("method", "Method", "select", METHODS),
-    Field("seq_len", "Seq length", "int"),
-    Field("batch", "Batch", "int"),
-    Field("grad_ckpt", "Grad ckpt", "bool", (("on", True), ("off", False))),
-    Field("precision", "Precision", "select", PRECISIONS, advanced=True),
-    Field("optimizer", "Optimizer", "select", OPTIMIZERS, advanced=True),
-    Field("lora_rank", "LoRA rank", "int", advanced=True),
-    Field("lora_targets", "Targets", "text", advanced=True),
-    Field("attn", "Attention", "select", ATTENTION, advanced=True),
-    Field("gpus", "GPUs", "int", advanced=True),
-    Field("zero", "ZeRO stage", "select", (0, 1, 2, 3), advanced=True),
-    Field("offload", "Offload", "select", OFFLOAD, advanced=True),
-    Field("device", "Device", "text", advanced=True),
-    Field(
-        "rule_of_thumb",
-        "Judge on",
-        "bool",
-        (("device peak", False), ("rule of thumb", True)),
-        advanced=True,
-    ),
-)
+# One row per plan field, in declaration order: basic fields first, then "Advanced".
+FIELDS = PLAN_FIELDS
 FIELD_NAMES = tuple(f.name for f in FIELDS)
 LABEL_WIDTH = 11  # as grid-columns in app.tcss
 
@@ -117,6 +78,20 @@ def parse_int(text: str) -> int:
     return int(cleaned)
 
 
+def parse_float(text: str) -> float:
+    """Finite numbers (0.05, 1e-2); NaN and infinities are refused."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"{text.strip() or 'empty'!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{text.strip()!r} is not a finite number")
+    return value
+
+
+PARSERS = {"int": parse_int, "float": parse_float}
+
+
 class PlanForm(VerticalScroll, can_focus=False):
     """Edits a Plan. Posts ``PlanForm.Edited`` on every change. The form itself takes no
     focus, so the first key typed lands in the model field."""
@@ -145,27 +120,29 @@ class PlanForm(VerticalScroll, can_focus=False):
                 if field.advanced:
                     yield from self._row(field)
 
-    def _row(self, field: Field) -> ComposeResult:
+    def _row(self, field: FieldSpec) -> ComposeResult:
         """A label and its control, side by side in the form's two-column grid."""
         value = getattr(self._plan, field.name)
         fid = f"f-{field.name}"
-        if field.kind in ("select", "bool"):
+        if field.kind in ("choice", "bool"):
             # Booleans read as words ("on"/"off"), not a tick drawn only in colour.
-            options = (
-                field.choices if field.kind == "bool" else [(str(c), c) for c in field.choices]
-            )
             yield Choice(
-                options, value, label=field.label, label_width=LABEL_WIDTH, id=fid, classes="span"
+                list(field.options()),
+                value,
+                label=field.label,
+                label_width=LABEL_WIDTH,
+                id=fid,
+                classes="span",
             )
             return
-        yield Static(field.label, classes="field-label", markup=False)
-        self._texts[fid] = str(value)
+        yield Static(field.label, classes="field-label", markup=False, id=f"l-{field.name}")
+        self._texts[fid] = field.format(value)
         suggester = {
             "model": self.model_suggester,
             "device": self.device_suggester,
             "lora_targets": self.targets_suggester,
         }.get(field.name)
-        field_input = FieldInput(str(value), id=fid, suggester=suggester)
+        field_input = FieldInput(field.format(value), id=fid, suggester=suggester)
         # The app's choice (off by default; see TrainmemApp.__init__).
         field_input.cursor_blink = getattr(self.app, "cursor_blink", False)
         yield field_input
@@ -183,7 +160,7 @@ class PlanForm(VerticalScroll, can_focus=False):
                 widget = self.query_one(f"#f-{field.name}")
                 value = getattr(plan, field.name)
                 if isinstance(widget, Input):
-                    widget.value = self._texts[widget.id or ""] = str(value)
+                    widget.value = self._texts[widget.id or ""] = field.format(value)
                     widget.cursor_position = len(widget.value)
                 elif isinstance(widget, Choice):
                     widget.value = value
@@ -197,13 +174,14 @@ class PlanForm(VerticalScroll, can_focus=False):
             widget = self.query_one(f"#f-{field.name}")
             if isinstance(widget, Input):
                 text = widget.value
-                if field.kind == "int":
-                    try:
-                        values[field.name] = parse_int(text)
-                    except ValueError as exc:
-                        errors[field.name] = str(exc)
-                else:
+                parse = PARSERS.get(field.kind)
+                if parse is None:
                     values[field.name] = text.strip()
+                    continue
+                try:
+                    values[field.name] = parse(text)
+                except ValueError as exc:
+                    errors[field.name] = str(exc)
             elif isinstance(widget, Choice):
                 values[field.name] = widget.value
         return values, errors
@@ -228,6 +206,15 @@ class PlanForm(VerticalScroll, can_focus=False):
                 shown.remove()
         if any(f.advanced for f in FIELDS if f.name in errors):
             self.query_one("#advanced", Collapsible).collapsed = False
+
+    def mark_applicable(self, plan: Plan) -> None:
+        """Dim the rows that do not apply to ``plan`` (LoRA fields on a full fine-tune):
+        they stay editable, and keep their values for when the method changes back."""
+        for field in FIELDS:
+            off = field.applies is not None and not field.applies(plan)
+            self.query_one(f"#f-{field.name}").set_class(off, "-inapplicable")
+            if field.kind not in ("choice", "bool"):
+                self.query_one(f"#l-{field.name}").set_class(off, "-inapplicable")
 
     def error(self, name: str) -> str | None:
         """The message shown under field ``name``, if any."""

@@ -1,0 +1,55 @@
+"""Default plan names that say what distinguishes a plan from the others open beside it.
+
+Every name starts with the model and the method and gives sequence x batch; then come the
+fields on which the open plans differ (precision, optimizer, rank, GPUs, ZeRO...), so seven
+plans of one model never all read "Qwen2.5-7B lora". A name follows its plan's edits until
+the user renames it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from trainmem.core.plan import FIELDS_BY_NAME, Plan
+
+# Field -> how it reads inside a name. Order is the order in the name.
+_PARTS: dict[str, Callable[[Any], str]] = {
+    "precision": str,
+    "optimizer": str,
+    "grad_ckpt": lambda on: "ckpt" if on else "no-ckpt",
+    "attn": str,
+    "lora_rank": lambda r: f"r{r}",
+    "lora_targets": str,
+    "lora_dropout": lambda p: f"drop {p:g}",
+    "kbit_prep": lambda on: "kbit-prep" if on else "no-kbit-prep",
+    "gpus": lambda n: f"{n} GPU" + ("s" if n != 1 else ""),
+    "zero": lambda z: f"ZeRO-{z}",
+    "offload": lambda o: f"offload {o}",
+    "device": lambda d: f"on {d}",
+    "rule_of_thumb": lambda on: "rule" if on else "detailed",
+}
+
+
+def short_model(model: str) -> str:
+    return model.rstrip("/").split("/")[-1] or model
+
+
+def describe(plan: Plan, others: Sequence[Plan] = ()) -> str:
+    """``plan``'s default name among ``others`` (the other open plans)."""
+    parts = [short_model(plan.model), plan.method, f"{plan.seq_len}x{plan.batch}"]
+    for name, show in _PARTS.items():
+        value = getattr(plan, name)
+        if _applies(plan, name) and any(getattr(o, name) != value for o in others):
+            parts.append(show(value))
+    return " ".join(parts)
+
+
+def _applies(plan: Plan, name: str) -> bool:
+    applies = FIELDS_BY_NAME[name].applies
+    return applies is None or bool(applies(plan))
+
+
+def default_names(plans: Sequence[Plan]) -> list[str]:
+    """Each plan's default name among all of them."""
+    return [describe(p, [o for j, o in enumerate(plans) if j != i]) for i, p in enumerate(plans)]
