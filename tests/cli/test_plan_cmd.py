@@ -30,7 +30,14 @@ def test_json_contract(capsys):
     assert [f["device"] for f in out["fit"]] == ["RTX-4090", "unified 36GB"]
     for f in out["fit"]:
         assert f["verdict"] in ("fits", "tight", "too big")
-        assert f["headroom_bytes"] == f["usable_bytes"] - out["peak"]["device_bytes"]
+        assert f["headroom_bytes"] == f["usable_bytes"] - f["required_bytes"]
+    # The CUDA context and allocator reserve are charged on the GPU only, not on a Mac.
+    gpu, mac = out["fit"]
+    assert (
+        gpu["required_bytes"] == out["peak"]["device_bytes"] and out["peak"]["device_kind"] == "gpu"
+    )
+    assert mac["required_bytes"] == out["peak"]["allocated_bytes"] < gpu["required_bytes"]
+    assert out["model"]["download_bytes"] == 2 * out["model"]["params"]  # bf16 weights
     for a in out["advice"]:
         assert set(a) >= {"action", "saves_bytes", "fits_after"}
 
@@ -112,3 +119,25 @@ def test_check_counts_tight_as_fitting(capsys):
     fit = json.loads(capsys.readouterr().out)["fit"][0]
     assert fit["verdict"] == "tight"
     assert main(["plan", "--model", "7B", "--device", device, "--check"]) == 0
+
+
+def test_unified_and_cpu_targets_carry_no_cuda_overhead(capsys):
+    mac = run_json(capsys, "--model", "8B", "--device", "mac-36GB")
+    assert mac["peak"]["device_kind"] == "unified"
+    assert mac["peak"]["device_bytes"] == mac["peak"]["allocated_bytes"]
+    runtime = {c["name"]: c["bytes"] for c in mac["components"] if c["kind"] == "runtime"}
+    assert set(runtime.values()) == {0}
+    assert any("MPS" in n for n in mac["notes"])
+    gpu = run_json(capsys, "--model", "8B", "--device", "24GB")
+    assert gpu["peak"]["device_bytes"] > gpu["peak"]["allocated_bytes"]
+
+
+def test_a_machine_without_gpu_is_not_silently_the_target(capsys, monkeypatch):
+    """`auto` on a CPU-only machine: the verdict is labelled as training on this CPU."""
+    from trainmem.core.target import DeviceTarget
+
+    ram = [DeviceTarget.system("CPU RAM (no GPU found)", 64 * 10**9)]
+    monkeypatch.setattr("trainmem.planner.report.parse_device_spec", lambda _spec: ram)
+    assert main(["plan", "--model", "1B"]) == 0
+    out = capsys.readouterr().out
+    assert "no GPU found" in out and "if trained on this CPU" in out

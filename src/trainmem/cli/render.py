@@ -42,25 +42,36 @@ def render_report(report: Report, console: Console | None = None) -> None:
         f"rule of thumb {fmt_bytes(est.rule_of_thumb_bytes)}, "
         f"trainable {fmt_count(est.trainable_params)}"
     )
+    download = report.download
+    console.print(
+        f"download {fmt_bytes(download.bytes)} ({download.how}); "
+        f"training needs {download.ratio:.1f}x that"
+    )
     judged = "the rule of thumb" if plan.rule_of_thumb else "the device peak"
+    if report.cpu_only:
+        console.print(
+            "[bold]no GPU found:[/bold] the verdict below is for training on this CPU; "
+            "give --device for the machine that will train (rtx-4090, h100-80gb, mac-36gb, 24GiB)"
+        )
     for fit, target in zip(report.fit, report.targets, strict=True):
         verdict = Text(fit.verdict.upper(), style=VERDICT_STYLE[fit.verdict])
         room = "headroom" if fit.headroom_bytes >= 0 else "over by"
+        prefix = "if trained on this CPU: " if report.cpu_only else ""
         console.print(
             Text.assemble(
-                f"{target.name} ({target.kind}, usable {fmt_bytes(fit.usable_bytes)}): ",
+                f"{prefix}{target.name} ({target.kind}, usable {fmt_bytes(fit.usable_bytes)}): ",
                 verdict,
                 f", {room} {fmt_bytes(abs(fit.headroom_bytes))} (judged on {judged})",
             )
         )
     w = report.what_if
-    if w:
-        seq, batch = w.get("max_seq_len"), w.get("max_batch")
+    if w is not None:
+        seq, batch = w.max_seq_len, w.max_batch
         console.print(
-            f"on {w['device']}: longest sequence that fits "
+            f"on {w.device}: longest sequence that fits "
             f"{f'{seq:,}' if seq else 'none'}, largest batch {batch or 'none'}"
         )
-        largest = w.get("largest_catalogue_model") or {}
+        largest = w.largest_model
         if largest:
             best = ", ".join(f"{m} {largest[m] or 'none'}" for m in largest)
             console.print(f"largest catalogue model that fits there: {best}")

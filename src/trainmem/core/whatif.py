@@ -14,6 +14,7 @@ from trainmem.core.estimator import estimate
 from trainmem.core.fit import TIGHT_FRACTION
 from trainmem.core.methods import METHODS
 from trainmem.core.plan import Plan
+from trainmem.core.target import TargetKind
 
 SEARCH_LIMIT = 1 << 20
 
@@ -31,16 +32,22 @@ def _largest(fits: Callable[[int], bool], low: int, high: int) -> int | None:
     return low
 
 
-def _fits(plan: Plan, spec: ModelSpec, usable: int) -> bool:
-    return estimate(plan, spec).judged_bytes <= usable
+def _judged(plan: Plan, spec: ModelSpec, kind: TargetKind) -> int:
+    return estimate(plan, spec, runtime=kind).judged_bytes
 
 
-def max_seq_len(plan: Plan, spec: ModelSpec, usable: int) -> int | None:
-    return _largest(lambda s: _fits(replace(plan, seq_len=s), spec, usable), 1, SEARCH_LIMIT)
+def _fits(plan: Plan, spec: ModelSpec, usable: int, kind: TargetKind = "gpu") -> bool:
+    return _judged(plan, spec, kind) <= usable
 
 
-def max_batch(plan: Plan, spec: ModelSpec, usable: int) -> int | None:
-    return _largest(lambda b: _fits(replace(plan, batch=b), spec, usable), 1, 65_536)
+def max_seq_len(plan: Plan, spec: ModelSpec, usable: int, kind: TargetKind = "gpu") -> int | None:
+    """The longest sequence that fits ``usable`` bytes of a device of ``kind``."""
+    return _largest(lambda s: _fits(replace(plan, seq_len=s), spec, usable, kind), 1, SEARCH_LIMIT)
+
+
+def max_batch(plan: Plan, spec: ModelSpec, usable: int, kind: TargetKind = "gpu") -> int | None:
+    """The largest micro-batch that fits."""
+    return _largest(lambda b: _fits(replace(plan, batch=b), spec, usable, kind), 1, 65_536)
 
 
 def _model_id(spec: ModelSpec) -> str:
@@ -48,7 +55,7 @@ def _model_id(spec: ModelSpec) -> str:
 
 
 def largest_model(
-    plan: Plan, usable: int, candidates: Sequence[ModelSpec]
+    plan: Plan, usable: int, candidates: Sequence[ModelSpec], kind: TargetKind = "gpu"
 ) -> dict[str, str | None]:
     """For each method, the candidate (e.g. the catalogue) with the most parameters that fits."""
     best: dict[str, str | None] = {}
@@ -56,7 +63,7 @@ def largest_model(
         fitting = [
             (c.params, _model_id(c))
             for c in candidates
-            if _fits(replace(plan, method=method, model=_model_id(c)), c, usable)
+            if _fits(replace(plan, method=method, model=_model_id(c)), c, usable, kind)
         ]
         best[method] = max(fitting)[1] if fitting else None
     return best
@@ -72,16 +79,20 @@ class Advice:
 
 
 def advice(
-    plan: Plan, spec: ModelSpec, usable: int, candidates: Sequence[ModelSpec] = ()
+    plan: Plan,
+    spec: ModelSpec,
+    usable: int,
+    candidates: Sequence[ModelSpec] = (),
+    kind: TargetKind = "gpu",
 ) -> list[Advice]:
     """The guide's remedies, in its order, each re-estimated; empty when the plan fits.
     ``candidates`` are the models a smaller one may be picked from (the catalogue)."""
     plan = plan.validated()
-    now = estimate(plan, spec).judged_bytes
+    now = _judged(plan, spec, kind)
     if now <= usable * (1 - TIGHT_FRACTION):
         return []
     options: list[tuple[str, dict[str, object], str | None]] = []
-    seq = max_seq_len(plan, spec, usable)
+    seq = max_seq_len(plan, spec, usable, kind)
     if plan.seq_len > 1:
         target = seq if seq and seq < plan.seq_len else plan.seq_len // 2
         options.append(
@@ -93,7 +104,7 @@ def advice(
             )
         )
     if plan.batch > 1:
-        batch = max_batch(plan, spec, usable) or 1
+        batch = max_batch(plan, spec, usable, kind) or 1
         batch = min(batch, plan.batch - 1) if batch < plan.batch else plan.batch // 2
         options.append(
             (
@@ -115,9 +126,9 @@ def advice(
         options.append(("use 8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"}, None))
     result = []
     for action, changes, warning in options:
-        after = estimate(replace(plan, **changes), spec).judged_bytes  # type: ignore[arg-type]
+        after = _judged(replace(plan, **changes), spec, kind)  # type: ignore[arg-type]
         result.append(Advice(action, now - after, after <= usable, warning, tuple(changes.items())))
-    smaller = _smaller_model(plan, usable, candidates)
+    smaller = _smaller_model(plan, usable, candidates, kind)
     if smaller is not None:
         entry, after = smaller
         result.append(
@@ -133,12 +144,12 @@ def advice(
 
 
 def _smaller_model(
-    plan: Plan, usable: int, candidates: Sequence[ModelSpec]
+    plan: Plan, usable: int, candidates: Sequence[ModelSpec], kind: TargetKind
 ) -> tuple[str, int] | None:
     """The largest candidate model that fits this plan unchanged otherwise."""
     best: tuple[int, str, int] | None = None
     for c in candidates:
-        after = estimate(replace(plan, model=_model_id(c)), c).judged_bytes
+        after = _judged(replace(plan, model=_model_id(c)), c, kind)
         if after <= usable and (best is None or c.params > best[0]):
             best = (c.params, _model_id(c), after)
     return (best[1], best[2]) if best else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from trainmem.core import whatif
@@ -15,6 +15,54 @@ from trainmem.devices.target import parse_device_spec
 from trainmem.sources import catalog
 from trainmem.sources.resolve import resolve_model
 
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """What fits the first device: the longest sequence, the largest batch (None: none fits)
+    and, per method, the largest catalogue model."""
+
+    device: str
+    max_seq_len: int | None
+    max_batch: int | None
+    largest_model: dict[str, str | None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "max_seq_len": self.max_seq_len,
+            "max_batch": self.max_batch,
+            "largest_catalogue_model": dict(self.largest_model),
+        }
+
+
+@dataclass(frozen=True)
+class Download:
+    """The guide's first two mistakes side by side: what the weights take to download, and
+    what training needs (the judged figure), as a ratio."""
+
+    bytes: int
+    how: str  # where the figure comes from
+    need_bytes: int
+
+    @property
+    def ratio(self) -> float:
+        return self.need_bytes / self.bytes if self.bytes else 0.0
+
+
+def download_size(est: Estimate) -> Download:
+    """The weights as stored: safetensors headers give the exact count and dtype; otherwise
+    the parameter count in the config's dtype."""
+    spec = est.model
+    if spec.assumed:
+        how = f"{spec.params / 1e9:.3g}B parameters x {spec.dtype}"
+    elif spec.exact_params is not None:
+        how = "safetensors headers"
+    else:
+        how = f"config's parameters x {spec.dtype}"
+    return Download(spec.params * DTYPE_BYTES.get(spec.dtype, 2), how, est.judged_bytes)
+
 
 @dataclass(frozen=True)
 class Report:
@@ -22,11 +70,21 @@ class Report:
     targets: tuple[DeviceTarget, ...]
     fit: tuple[FitResult, ...]
     advice: tuple[whatif.Advice, ...] = ()
-    what_if: dict[str, Any] = field(default_factory=dict)
+    what_if: WhatIf | None = None
+
+    @property
+    def download(self) -> Download:
+        return download_size(self.estimate)
+
+    @property
+    def cpu_only(self) -> bool:
+        """Judged only on this computer's RAM: no GPU or unified memory was given or found."""
+        return bool(self.targets) and all(t.kind == "system" for t in self.targets)
 
     def to_json(self) -> dict[str, Any]:
         est, spec = self.estimate, self.estimate.model
         judged_on = "rule of thumb" if est.plan.rule_of_thumb else "device peak"
+        download = self.download
         return {
             "model": {
                 "name": spec.name,
@@ -38,6 +96,8 @@ class Report:
                 "assumed_dimensions": spec.assumed,
                 "architecture": _architecture(spec),
                 "catalogue": _catalogue(spec),
+                "download_bytes": download.bytes,
+                "download_from": download.how,
             },
             "plan": est.plan.to_dict(),
             "components": [
@@ -46,16 +106,19 @@ class Report:
             "peak": {
                 "allocated_bytes": est.allocated_bytes,
                 "device_bytes": est.device_bytes,
+                "device_kind": est.runtime_kind,
                 "phase": est.peak_phase,
                 "phases": est.phases,
             },
             "rule_of_thumb_bytes": est.rule_of_thumb_bytes,
+            "need_to_download_ratio": round(download.ratio, 3),
             "fit": [
                 {
                     "device": f.device,
                     "kind": t.kind,
                     "total_bytes": t.total_bytes,
                     "usable_bytes": f.usable_bytes,
+                    "required_bytes": est.judged_bytes_on(t.kind),
                     "verdict": f.verdict,
                     "headroom_bytes": f.headroom_bytes,
                     "judged_on": judged_on,
@@ -72,7 +135,7 @@ class Report:
                 }
                 for a in self.advice
             ],
-            "what_if": self.what_if,
+            "what_if": self.what_if.to_json() if self.what_if else {},
             "notes": list(est.notes),
         }
 
@@ -108,7 +171,8 @@ def build_report(
     *,
     solve: bool = True,
 ) -> Report:
-    """Estimate ``plan`` and judge it on ``targets`` (default: its ``device`` field).
+    """Estimate ``plan`` and judge it on ``targets`` (default: its ``device`` field), each
+    with its own kind's runtime overhead. The estimate shown is for the first device's kind.
 
     Advice and what-if answers are for the first device.
     """
@@ -116,17 +180,18 @@ def build_report(
     spec = spec or resolve_model(plan.model)
     if targets is None:
         targets = parse_device_spec(plan.device)
-    est = estimate(plan, spec)
-    fits = tuple(judge_fit(est.judged_bytes, t.name, t.usable_bytes) for t in targets)
+    kind = targets[0].kind if targets else "gpu"
+    est = estimate(plan, spec, runtime=kind)
+    fits = tuple(judge_fit(est.judged_bytes_on(t.kind), t.name, t.usable_bytes) for t in targets)
     if not solve or not targets:
         return Report(est, tuple(targets), fits)
     first = targets[0]
-    usable = first.usable_bytes
-    answers: dict[str, Any] = {
-        "device": first.name,
-        "max_seq_len": whatif.max_seq_len(plan, spec, usable),
-        "max_batch": whatif.max_batch(plan, spec, usable),
-        "largest_catalogue_model": whatif.largest_model(plan, usable, catalog.specs()),
-    }
-    advice = whatif.advice(plan, spec, usable, catalog.specs())
+    usable, models = first.usable_bytes, catalog.specs()
+    answers = WhatIf(
+        device=first.name,
+        max_seq_len=whatif.max_seq_len(plan, spec, usable, kind),
+        max_batch=whatif.max_batch(plan, spec, usable, kind),
+        largest_model=whatif.largest_model(plan, usable, models, kind),
+    )
+    advice = whatif.advice(plan, spec, usable, models, kind)
     return Report(est, tuple(targets), fits, tuple(advice), answers)

@@ -6,8 +6,6 @@ export say things the same way.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -22,7 +20,7 @@ from trainmem.core.estimator import Estimate
 from trainmem.core.fit import FitResult
 from trainmem.core.units import fmt_bytes, fmt_count
 from trainmem.core.whatif import Advice
-from trainmem.planner.report import Report
+from trainmem.planner.report import Report, WhatIf, download_size
 
 
 def short_model(name: str) -> str:
@@ -59,6 +57,10 @@ def peaks_text(est: Estimate) -> Text:
     out.append("\nRule of thumb  ", style="dim")
     out.append(fmt_bytes(est.rule_of_thumb_bytes), style="bold")
     out.append("  ◀ judged" if judged_rule else "  (the guide's figure)", style="dim")
+    download = download_size(est)
+    out.append("\nDownload       ", style="dim")
+    out.append(fmt_bytes(download.bytes), style="bold")
+    out.append(f"  training needs {download.ratio:.1f}x that", style="dim")
     return out
 
 
@@ -82,7 +84,9 @@ def headline_text(report: Report) -> Text:
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append("needs ", style="dim")
     out.append(fmt_bytes(est.judged_bytes), style="bold")
-    if report.fit:
+    if report.cpu_only:
+        out.append(" · no GPU here: set Device to the machine that will train", style="bold")
+    elif report.fit:
         fit = report.fit[0]
         out.append(" · ")
         out.append_text(verdict_text(fit.verdict))
@@ -90,21 +94,34 @@ def headline_text(report: Report) -> Text:
     return out
 
 
+CPU_ONLY_PROMPT = (
+    "No GPU here. Which machine will train? Set Device (Advanced) to a preset "
+    "(rtx-4090, h100-80gb, mac-36gb) or a size (24GiB, unified:36GB)."
+)
+
+
 def fit_text(report: Report) -> Text:
     if not report.fit:
         return Text("Waiting for devices…", style="dim")
-    return Text("\n").join(fit_line(f) for f in report.fit)
+    lines = [fit_line(f) for f in report.fit]
+    if report.cpu_only:
+        # The guide's third mistake: a PC's RAM is not the GPU the run will use.
+        lines = [
+            Text(CPU_ONLY_PROMPT, style="bold"),
+            *(Text("if trained on this CPU: ", style="dim") + line for line in lines),
+        ]
+    return Text("\n").join(lines)
 
 
-def whatif_text(answers: dict[str, Any]) -> Text:
+def whatif_text(answers: WhatIf) -> Text:
     out = Text()
-    out.append(f"On {short_device_name(answers.get('device', 'the device'))}: ", style="dim")
-    seq, batch = answers.get("max_seq_len"), answers.get("max_batch")
+    out.append(f"On {short_device_name(answers.device)}: ", style="dim")
+    seq, batch = answers.max_seq_len, answers.max_batch
     out.append("longest sequence ")
     out.append(f"{seq:,} tokens" if seq else "none fits", style="bold")
     out.append(" · largest batch ")
     out.append(f"{batch}" if batch else "none fits", style="bold")
-    largest = answers.get("largest_catalogue_model") or {}
+    largest = answers.largest_model
     if largest:
         out.append("\nlargest catalogue model: ", style="dim")
         out.append(
@@ -182,8 +199,9 @@ class Breakdown(Vertical):
     def show_solution(self, report: Report) -> None:
         """The what-if answers and advice for the first device (computed off the UI thread)."""
         whatif = self.query_one("#whatif", Static)
-        whatif.update(whatif_text(report.what_if))
-        whatif.display = True
+        if report.what_if is not None:
+            whatif.update(whatif_text(report.what_if))
+        whatif.display = report.what_if is not None
         advice = self.query_one("#advice", Static)
         if report.advice and report.fit and report.fit[0].verdict != "fits":
             advice.update(advice_text(report.advice, report.fit[0].device))

@@ -7,8 +7,8 @@ The form only parses what was typed (a number is a number); the plan's own rules
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from textual.app import ComposeResult
@@ -21,7 +21,6 @@ from textual.widgets import Collapsible, Input, Static
 from trainmem.app.widgets.choice import Choice
 from trainmem.core.fields import FieldSpec
 from trainmem.core.plan import PLAN_FIELDS, Plan
-
 
 # One row per plan field, in declaration order: basic fields first, then "Advanced".
 FIELDS = PLAN_FIELDS
