@@ -37,8 +37,8 @@ async def shoot(out: Path, name: str, size: tuple[int, int], keys: tuple[str, ..
     async with app.run_test(size=size) as pilot:
         for key in ("_", *keys):
             if key == "low-memory":  # the run grows until GPU 1 is nearly full
-                assert isinstance(app.sampler, ReplaySampler)
-                app.sampler.push(demo_snapshot(train_used=23_600 * MiB, seq=2))
+                assert isinstance(app.state.sampler, ReplaySampler)
+                app.state.sampler.push(demo_snapshot(train_used=23_600 * MiB, seq=2))
             elif key != "_":
                 await pilot.press(key)
             await pilot.pause()

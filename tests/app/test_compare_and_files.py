@@ -8,13 +8,13 @@ from pathlib import Path
 
 from app_helpers import settle
 from textual.widgets import DataTable, Input
+from trainmem.app.workspace import Workspace
 
 from trainmem.app import TrainmemApp
 from trainmem.app.fixture import demo_plan_set
 from trainmem.app.screens.compare import CompareScreen
 from trainmem.app.screens.plan import PlanScreen
 from trainmem.app.screens.prompt import PromptScreen
-from trainmem.app.workspace import Workspace
 from trainmem.core import Plan
 from trainmem.planner.report import build_report
 from trainmem.sources.plan_files import load_plans, save_plans, session_path
@@ -30,7 +30,7 @@ async def answer(app: TrainmemApp, pilot: object, text: str) -> None:
 
 
 def names(app: TrainmemApp) -> list[str]:
-    return [p.name for p in app.workspace.plans]
+    return [p.name for p in app.state.workspace.plans]
 
 
 async def test_compare_actions_and_export(
@@ -57,7 +57,7 @@ async def test_compare_actions_and_export(
         assert "short context" not in names(app) and table.row_count == 4
         await pilot.press("a")
         await settle(app, pilot)
-        assert app.workspace.plans[-1].plan == Plan() and table.cursor_row == 4
+        assert app.state.workspace.plans[-1].plan == Plan() and table.cursor_row == 4
 
         await pilot.press("m")
         await answer(app, pilot, str(tmp_path / "cmp.md"))
@@ -69,14 +69,14 @@ async def test_compare_actions_and_export(
         doc = json.loads((tmp_path / "cmp.json").read_text())
         assert [p["name"] for p in doc["plans"]] == names(app)
         # The same object as `plan --json`, one per plan.
-        plan = app.workspace.plans[0].plan
+        plan = app.state.workspace.plans[0].plan
         want = build_report(plan, resolve_model(plan.model), [])
         assert set(doc["plans"][0]["report"]) == set(want.to_json())
 
         table.move_cursor(row=2)
         await pilot.press("enter")
         await settle(app, pilot)
-        assert isinstance(app.screen, PlanScreen) and app.workspace.selected == 2
+        assert isinstance(app.screen, PlanScreen) and app.state.workspace.selected == 2
         assert app.screen.report is not None
         assert app.screen.report.estimate.plan.method == "qlora"
 
@@ -92,21 +92,21 @@ async def test_save_load_and_a_broken_file(
         await settle(app, pilot)
         await pilot.press("ctrl+s")
         await answer(app, pilot, str(saved))
-        assert Workspace(load_plans(saved)).to_plan_set() == app.workspace.to_plan_set()
+        assert Workspace(load_plans(saved)).to_plan_set() == app.state.workspace.to_plan_set()
 
         await pilot.press("ctrl+n")  # change the workspace, then load the saved plans back
         await settle(app, pilot)
-        assert len(app.workspace.plans) == 5
+        assert len(app.state.workspace.plans) == 5
         await pilot.press("ctrl+o")
         await answer(app, pilot, str(saved))
-        assert app.workspace.to_plan_set() == Workspace(load_plans(saved)).to_plan_set()
+        assert app.state.workspace.to_plan_set() == Workspace(load_plans(saved)).to_plan_set()
         assert app.screen.query_one("#f-batch", Input).value == "1"  # the form follows
 
         await pilot.press("ctrl+o")
         await answer(app, pilot, str(broken))
         messages = [n.message for n in app._notifications]
         assert any("broken.toml: not valid TOML" in m for m in messages)
-        assert len(app.workspace.plans) == 4  # nothing replaced
+        assert len(app.state.workspace.plans) == 4  # nothing replaced
         await pilot.press("ctrl+s")
         await answer(app, pilot, str(broken))
         assert any("not overwritten" in n.message for n in app._notifications)

@@ -116,9 +116,9 @@ async def test_every_field_round_trips_through_every_front_end(
         assert screen.report is not None
         dashboard_peak = screen.report.estimate.device_bytes
         dashboard_fit = [f.verdict for f in screen.report.fit]
-        assert app.workspace.current.plan == plan
+        assert app.state.workspace.current.plan == plan
         # the plan the app keeps -> TOML -> plan
-        session = app.workspace.to_plan_set()
+        session = app.state.workspace.to_plan_set()
     text = to_toml(session)
     loaded = from_toml(text, tmp_path / "s.toml")
     assert loaded.plans[loaded.selected].plan == plan
@@ -140,7 +140,7 @@ async def test_an_edit_in_the_form_is_what_is_saved(demo_app: Callable[..., Trai
         field = app.screen.query_one("#f-lora_dropout")
         field.value = "0.2"  # type: ignore[attr-defined]
         await settle(app, pilot)
-        kept = app.workspace.current.plan
+        kept = app.state.workspace.current.plan
     assert kept.lora_dropout == 0.2
     assert {s.name: getattr(kept, s.name) for s in PLAN_FIELDS if s.name != "lora_dropout"} == {
         s.name: getattr(plan, s.name) for s in PLAN_FIELDS if s.name != "lora_dropout"

@@ -33,7 +33,7 @@ async def test_monitor_compares_the_run_and_warns_when_memory_runs_low(
         assert cells[5:] == list(difference(21_400 * MiB, predicted))  # the fixture's peak
 
         # The run grows until GPU 1 has under 5% free: the next sample shows it at once.
-        sampler = app.sampler
+        sampler = app.state.sampler
         assert isinstance(sampler, ReplaySampler)
         sampler.push(demo_snapshot(train_used=23_600 * MiB, seq=2))
         await settle(app, pilot)

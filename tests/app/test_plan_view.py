@@ -151,7 +151,7 @@ async def test_plan_switching_keys(demo_app: Callable[..., TrainmemApp]) -> None
         await settle(app, pilot)
         await pilot.press("ctrl+n")  # a copy to edit
         await pilot.pause()
-        assert len(app.workspace.plans) == 2 and app.workspace.selected == 1
+        assert len(app.state.workspace.plans) == 2 and app.state.workspace.selected == 1
         set_field(app, "batch", 8)
         await pilot.pause()
         await pilot.press("f5")
@@ -212,7 +212,7 @@ async def test_models_in_the_local_cache_complete_and_resolve_off_the_ui_thread(
     app = demo_app(scan_hf_cache=True)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
-        assert "acme/tiny-lm" in app.model_names()
+        assert "acme/tiny-lm" in app.state.model_names()
         form = app.screen.query_one(PlanForm)
         assert await form.model_suggester.get_suggestion("acme/t") == "acme/tiny-lm"
         set_field(app, "model", "acme/tiny-lm")

@@ -15,21 +15,14 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.reactive import var
 from textual.screen import Screen
+from textual.worker import Worker, WorkerState
 
-from trainmem.app.messages import DevicesSampled, PlansLoaded
-from trainmem.app.planning import SpecCache
+from trainmem.app.messages import DevicesSampled, ModelsListed, PlansLoaded, PlansSaved
 from trainmem.app.screens.plan import PlanScreen
-from trainmem.app.workspace import Workspace
+from trainmem.app.state import DashboardState
 from trainmem.planner.report import Report
-from trainmem.sources import catalog
-from trainmem.sources.plan_files import (
-    PlanSet,
-    PlansFileError,
-    default_plans_path,
-    load_plans,
-    save_plans,
-    session_path,
-)
+from trainmem.sources.paths import session_path
+from trainmem.sources.plan_files import PlanSet, PlansFileError, load_plans, save_plans
 
 if TYPE_CHECKING:  # the sampler module loads NVML bindings: imported when sampling starts
     from trainmem.devices.sampler import HistoryPoint
@@ -74,10 +67,11 @@ class TrainmemApp(App[None]):
         Binding("ctrl+q", "quit", "Quit", tooltip="Quit (the open plans are kept for next time)"),
     ]
 
-    # ``var``, not ``reactive``: a change notifies the watchers (screens) and repaints nothing
-    # by itself; a ``reactive`` on the App would repaint the whole screen every sample.
-    snapshot: var[Snapshot | None] = var(None, always_update=True)
-    report: var[Report | None] = var(None, always_update=True)
+    # Counters that tell the screens a part of ``state`` changed. ``var``, not ``reactive``:
+    # a change notifies the watchers and repaints nothing by itself; a ``reactive`` on the
+    # App would repaint the whole screen every sample.
+    snapshot_version = var(0)
+    report_version = var(0)
     plans_version = var(0)
     model_list_version = var(0)
 
@@ -97,16 +91,11 @@ class TrainmemApp(App[None]):
         # Off by default: a blinking cursor repaints twice a second, which over SSH for a
         # dashboard left open all day is traffic and CPU for nothing (and a clock in snapshots).
         self.cursor_blink = cursor_blink
-        self.workspace = Workspace(plan_set)
-        self.plans_path = plans_path or default_plans_path()
+        self.state = DashboardState(plan_set, plans_path, {p.resolve() for p in broken_paths})
+        self.state.sampler = _NoSampler()
         self.interval = interval
-        self.specs = SpecCache()
         self._sampler_factory = sampler_factory
-        self.sampler: SamplerLike = _NoSampler()
         self._startup_messages = list(startup_messages)
-        # Files that failed to load: never written over, so nothing in them is lost.
-        self.broken_paths = {p.resolve() for p in broken_paths}
-        self._cached_ids: list[str] = []
         self._scan_hf_cache = scan_hf_cache
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -135,46 +124,52 @@ class TrainmemApp(App[None]):
     def _start_background(self) -> None:
         gc.freeze()  # see trainmem.cli.dashboard_cmd.run
         gc.enable()
-        self.sampler = self._sampler_factory(self._sampled, self.interval)
-        self.sampler.start()
+        self.state.sampler = self._sampler_factory(self._sampled, self.interval)
+        self.state.sampler.start()
         if self._scan_hf_cache:
             self._scan_cache()
 
     def on_unmount(self) -> None:
-        self.sampler.stop(timeout=1.0)
+        self.state.sampler.stop(timeout=1.0)
 
     def _sampled(self, snapshot: Snapshot) -> None:
         # On the sampler's thread: post_message is thread-safe, touching widgets is not.
         self.post_message(DevicesSampled(snapshot))
 
     def on_devices_sampled(self, message: DevicesSampled) -> None:
-        self.snapshot = message.snapshot
+        self.state.snapshot = message.snapshot
+        self.snapshot_version += 1
+
+    def publish_report(self, report: Report) -> None:
+        """The selected plan's estimate changed (the monitor compares the run with it)."""
+        self.state.report = report
+        self.report_version += 1
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one place a worker's failure is shown: no worker's error goes unseen."""
+        if event.state == WorkerState.ERROR:
+            error = event.worker.error
+            self.notify(
+                f"{event.worker.name or 'background task'} failed: {type(error).__name__}: {error}",
+                severity="error",
+                timeout=10,
+            )
 
     @work(thread=True, exclusive=True, group="hf-cache", exit_on_error=False)
     def _scan_cache(self) -> None:
         from trainmem.sources.resolve import cached_model_ids
 
-        ids = cached_model_ids()
-        self.call_from_thread(self._set_cached_ids, ids)
+        self.post_message(ModelsListed(cached_model_ids()))
 
-    def _set_cached_ids(self, ids: list[str]) -> None:
-        self._cached_ids = ids
+    def on_models_listed(self, message: ModelsListed) -> None:
+        self.state.cached_ids = message.ids
         self.model_list_version += 1
-
-    def model_names(self) -> list[str]:
-        known = catalog.names()
-        return known + [i for i in self._cached_ids if i not in known]
-
-    def device_names(self) -> list[str]:
-        from trainmem.devices.presets import list_presets
-
-        return ["auto", *(t.name for t in list_presets())]
 
     def plans_changed(self) -> None:
         self.plans_version += 1
 
     def session_set(self) -> PlanSet:
-        return self.workspace.to_plan_set()
+        return self.state.workspace.to_plan_set()
 
     # -- saving and loading ------------------------------------------------------------------
 
@@ -189,13 +184,13 @@ class TrainmemApp(App[None]):
     def action_save(self) -> None:
         from trainmem.app.screens.prompt import PromptScreen
 
-        self.push_screen(PromptScreen("Save plans to", str(self.plans_path)), self._save_to)
+        self.push_screen(PromptScreen("Save plans to", str(self.state.plans_path)), self._save_to)
 
     def _save_to(self, text: str | None) -> None:
         if not text:
             return
         path = Path(text).expanduser()
-        if path.resolve() in self.broken_paths:
+        if path.resolve() in self.state.broken_paths:
             self.notify(
                 f"{path} could not be read when loaded, so it is not overwritten. "
                 "Fix it or save under another name.",
@@ -203,7 +198,7 @@ class TrainmemApp(App[None]):
                 timeout=8,
             )
             return
-        self._write_plans(path, self.workspace.to_plan_set())
+        self._write_plans(path, self.state.workspace.to_plan_set())
 
     @work(thread=True, exclusive=True, group="plans-file", exit_on_error=False)
     def _write_plans(self, path: Path, plan_set: PlanSet) -> None:
@@ -212,15 +207,18 @@ class TrainmemApp(App[None]):
         except PlansFileError as exc:
             self.call_from_thread(self.notify, str(exc), severity="error", timeout=8)
             return
-        self.plans_path = path
-        self.call_from_thread(
-            self.notify, f"Saved {len(plan_set.plans)} plans to {path}", timeout=4
-        )
+        self.post_message(PlansSaved(str(path), len(plan_set.plans)))
+
+    def on_plans_saved(self, message: PlansSaved) -> None:
+        self.state.plans_path = Path(message.path)
+        self.notify(f"Saved {message.count} plans to {message.path}", timeout=4)
 
     def action_open(self) -> None:
         from trainmem.app.screens.prompt import PromptScreen
 
-        self.push_screen(PromptScreen("Load plans from", str(self.plans_path)), self._open_from)
+        self.push_screen(
+            PromptScreen("Load plans from", str(self.state.plans_path)), self._open_from
+        )
 
     def _open_from(self, text: str | None) -> None:
         if text:
@@ -231,26 +229,29 @@ class TrainmemApp(App[None]):
         try:
             plan_set = load_plans(path)
         except PlansFileError as exc:
-            self.broken_paths.add(path.resolve())
-            self.call_from_thread(self.notify, str(exc), severity="error", timeout=10)
+            self.post_message(PlansLoaded(str(path), None, str(exc)))
             return
         self.post_message(PlansLoaded(str(path), plan_set))
 
     def on_plans_loaded(self, message: PlansLoaded) -> None:
         path = Path(message.path)
-        self.broken_paths.discard(path.resolve())
-        self.workspace.replace_all(message.plan_set)
-        self.plans_path = path
+        if message.plan_set is None:  # unreadable: reported, and never written over
+            self.state.broken_paths.add(path.resolve())
+            self.notify(message.error or f"{path}: cannot read", severity="error", timeout=10)
+            return
+        self.state.broken_paths.discard(path.resolve())
+        self.state.workspace.replace_all(message.plan_set)
+        self.state.plans_path = path
         self.plans_changed()
         self.notify(f"Loaded {len(message.plan_set.plans)} plans from {path}", timeout=4)
 
     def save_session(self) -> str | None:
         """Keep the open plans for the next start; returns an error message or None."""
         path = session_path()
-        if path.resolve() in self.broken_paths:
+        if path.resolve() in self.state.broken_paths:
             return f"{path} was unreadable at start; left as it was"
         try:
-            save_plans(path, self.workspace.to_plan_set())
+            save_plans(path, self.state.workspace.to_plan_set())
         except PlansFileError as exc:
             return str(exc)
         return None

@@ -28,7 +28,9 @@ class ModelCommands(Provider):
             for e in catalog.catalog()
         }
         models = list(known.items())
-        models += [(m, "local Hugging Face cache") for m in app.model_names() if m not in known]
+        models += [
+            (m, "local Hugging Face cache") for m in app.state.model_names() if m not in known
+        ]
         return models
 
     def _pick(self, model: str) -> None:

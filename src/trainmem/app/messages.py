@@ -12,6 +12,7 @@ from textual.message import Message
 
 if TYPE_CHECKING:
     from trainmem.core.architecture import ModelSpec
+    from trainmem.core.errors import PlanError
     from trainmem.core.plan import Plan
     from trainmem.devices.snapshot import Snapshot  # imported by the sampler, after start-up
     from trainmem.planner.report import Report
@@ -25,7 +26,9 @@ class DevicesSampled(Message):
 
 
 class ModelResolved(Message):
-    def __init__(self, text: str, spec: ModelSpec | None, error: str | None) -> None:
+    """A model read by a worker: its spec, or why it could not be read."""
+
+    def __init__(self, text: str, spec: ModelSpec | None, error: PlanError | None) -> None:
         super().__init__()
         self.text = text
         self.spec = spec
@@ -41,8 +44,26 @@ class Solved(Message):
         self.report = report
 
 
+class ModelsListed(Message):
+    """Hugging Face ids found in the local cache (for the model list)."""
+
+    def __init__(self, ids: list[str]) -> None:
+        super().__init__()
+        self.ids = ids
+
+
+class PlansSaved(Message):
+    def __init__(self, path: str, count: int) -> None:
+        super().__init__()
+        self.path = path
+        self.count = count
+
+
 class PlansLoaded(Message):
-    def __init__(self, path: str, plan_set: PlanSet) -> None:
+    """A plans file read by a worker: its plans, or (``plan_set`` None) why it is unreadable."""
+
+    def __init__(self, path: str, plan_set: PlanSet | None, error: str | None = None) -> None:
         super().__init__()
         self.path = path
         self.plan_set = plan_set
+        self.error = error

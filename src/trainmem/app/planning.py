@@ -26,18 +26,18 @@ def resolves_in_memory(text: str) -> bool:
 
 
 class SpecCache:
-    """Model specs by the text typed. Failures of ``resolve`` are remembered for views that
-    must not retry forever (compare), and forgotten on the next ``resolve`` of that text."""
+    """Model specs by the text typed, for the UI thread. Failures are remembered for views
+    that must not retry forever (compare), and forgotten when that text resolves."""
 
     def __init__(self) -> None:
         self._specs: dict[str, ModelSpec] = {}
         self._errors: dict[str, PlanError] = {}
 
     def get(self, text: str, *, known_errors: bool = False) -> ModelSpec | None:
-        """The spec if known or resolvable in memory, else None (it needs ``resolve``).
+        """The spec if known or resolvable in memory, else None (it needs ``read_model``).
 
         Raises PlanError for a model that cannot be resolved in memory, and with
-        ``known_errors`` for one whose last ``resolve`` failed."""
+        ``known_errors`` for one whose last reading failed."""
         key = text.strip()
         spec = self._specs.get(key)
         if spec is None and known_errors and key in self._errors:
@@ -46,17 +46,24 @@ class SpecCache:
             spec = self._specs[key] = resolve_model(key)
         return spec
 
-    def resolve(self, text: str) -> ModelSpec:
-        """Resolve, reading files if needed (call from a worker thread); raises PlanError."""
+    def remember(self, text: str, spec: ModelSpec | None, error: PlanError | None) -> None:
+        """Keep what a worker found for ``text`` (on the UI thread: workers never write here);
+        a success forgets an earlier failure."""
         key = text.strip()
-        self._errors.pop(key, None)
-        try:
-            spec = self._specs.get(key) or resolve_model(key)
-        except PlanError as exc:
-            self._errors[key] = exc
-            raise
-        self._specs[key] = spec
-        return spec
+        if spec is not None:
+            self._specs[key] = spec
+            self._errors.pop(key, None)
+        elif error is not None:
+            self._errors[key] = error
+
+
+def read_model(text: str) -> tuple[ModelSpec | None, PlanError | None]:
+    """Resolve ``text``, reading files if needed: call from a worker thread, then hand the
+    result to ``SpecCache.remember`` on the UI thread (a ModelResolved message)."""
+    try:
+        return resolve_model(text.strip()), None
+    except PlanError as exc:
+        return None, exc
 
 
 def evaluate(plan: Plan, spec: ModelSpec, snapshot: Snapshot | None) -> Report:

@@ -3,7 +3,6 @@ and below, their components side by side."""
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -15,6 +14,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from trainmem.app import planning
+from trainmem.app.messages import ModelResolved
 from trainmem.app.screens.prompt import PromptScreen
 from trainmem.app.widgets.bars import stacked_bar, verdict_text
 from trainmem.app.widgets.breakdown import short_model
@@ -71,9 +71,9 @@ class CompareScreen(Screen[None]):
     def refresh_rows(self) -> None:
         """Re-estimate every plan (about 1 ms each) and redraw both tables."""
         rows, pending = [], []
-        for named in self.app.workspace.plans:
+        for named in self.app.state.workspace.plans:
             try:
-                spec = self.app.specs.get(named.plan.model, known_errors=True)
+                spec = self.app.state.specs.get(named.plan.model, known_errors=True)
             except PlanError as exc:
                 rows.append(Row(named.name, None, exc.message))
                 continue
@@ -82,7 +82,7 @@ class CompareScreen(Screen[None]):
                 rows.append(Row(named.name, None, "reading model config…"))
                 continue
             try:
-                report = planning.evaluate(named.plan, spec, self.app.snapshot)
+                report = planning.evaluate(named.plan, spec, self.app.state.snapshot)
             except ValueError as exc:  # PlanError is one too
                 rows.append(Row(named.name, None, str(exc)))
                 continue
@@ -95,9 +95,12 @@ class CompareScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="compare-models", exit_on_error=False)
     def _resolve(self, models: list[str]) -> None:
         for text in models:
-            with contextlib.suppress(PlanError):  # remembered by the cache; shown on redraw
-                self.app.specs.resolve(text)
-        self.app.call_from_thread(self.refresh_rows)
+            self.post_message(ModelResolved(text, *planning.read_model(text)))
+
+    def on_model_resolved(self, message: ModelResolved) -> None:
+        """Remembered (a failure too, shown in its row), then every row redrawn."""
+        self.app.state.specs.remember(message.text, message.spec, message.error)
+        self.refresh_rows()
 
     def _draw(self) -> None:
         table = self.query_one("#compare-table", DataTable)
@@ -112,7 +115,7 @@ class CompareScreen(Screen[None]):
         table.add_column("Device", width=8)
         table.add_column("Rule", width=8)
         table.add_column("Verdict", width=16)
-        selected = self.app.workspace.selected
+        selected = self.app.state.workspace.selected
         for i, row in enumerate(self.rows):
             mark = "▶" if i == selected else str(i + 1)
             if row.report is None:
@@ -179,10 +182,10 @@ class CompareScreen(Screen[None]):
 
     def _index(self) -> int:
         table = self.query_one("#compare-table", DataTable)
-        return min(max(table.cursor_row, 0), len(self.app.workspace.plans) - 1)
+        return min(max(table.cursor_row, 0), len(self.app.state.workspace.plans) - 1)
 
     def action_edit(self) -> None:
-        self.app.workspace.select(self._index())
+        self.app.state.workspace.select(self._index())
         self.app.plans_changed()
         self.app.switch_mode("plan")
 
@@ -191,33 +194,33 @@ class CompareScreen(Screen[None]):
         self.action_edit()
 
     def action_add(self) -> None:
-        self.app.workspace.add()
+        self.app.state.workspace.add()
         self.app.plans_changed()
-        self._focus_row(self.app.workspace.selected)
+        self._focus_row(self.app.state.workspace.selected)
 
     def action_duplicate(self) -> None:
-        self.app.workspace.duplicate(self._index())
+        self.app.state.workspace.duplicate(self._index())
         self.app.plans_changed()
-        self._focus_row(self.app.workspace.selected)
+        self._focus_row(self.app.state.workspace.selected)
 
     def _focus_row(self, index: int) -> None:
         self.query_one("#compare-table", DataTable).move_cursor(row=index)
 
     def action_rename(self) -> None:
         index = self._index()
-        current = self.app.workspace.plans[index].name
+        current = self.app.state.workspace.plans[index].name
 
         def done(name: str | None) -> None:
             if name:
-                self.app.workspace.rename(index, name)
+                self.app.state.workspace.rename(index, name)
                 self.app.plans_changed()
 
         self.app.push_screen(PromptScreen("Rename plan", current), done)
 
     def action_delete(self) -> None:
         index = self._index()
-        name = self.app.workspace.plans[index].name
-        if self.app.workspace.delete(index):
+        name = self.app.state.workspace.plans[index].name
+        if self.app.state.workspace.delete(index):
             self.app.plans_changed()
             self.notify(f"Deleted {name}", timeout=3)
         else:
@@ -243,7 +246,7 @@ class CompareScreen(Screen[None]):
                 Row(
                     r.name,
                     planning.solve(
-                        r.report.estimate.plan, r.report.estimate.model, self.app.snapshot
+                        r.report.estimate.plan, r.report.estimate.model, self.app.state.snapshot
                     ),
                 )
                 if r.report

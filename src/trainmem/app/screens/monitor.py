@@ -74,8 +74,8 @@ class MonitorScreen(Screen[None]):
         table = self.query_one("#monitor-table", DataTable)
         table.border_title = "Processes on GPUs vs the plan"
         self.query_one("#monitor-devices").border_title = "Devices"
-        self.watch(self.app, "snapshot", self._update)
-        self.watch(self.app, "report", self._update)
+        self.watch(self.app, "snapshot_version", self._update)
+        self.watch(self.app, "report_version", self._update)
 
     def on_screen_resume(self) -> None:
         self._update()
@@ -91,7 +91,7 @@ class MonitorScreen(Screen[None]):
             table.add_column(label, width=width or process)
 
     def action_reset_peaks(self) -> None:
-        reset = getattr(self.app.sampler, "reset_peaks", None)
+        reset = getattr(self.app.state.sampler, "reset_peaks", None)
         if reset is not None:
             reset()
             self.notify("Peaks reset; they rebuild from the next sample", timeout=3)
@@ -99,13 +99,13 @@ class MonitorScreen(Screen[None]):
     def _update(self, _value: object = None) -> None:
         if not self.is_current:
             return  # redrawn on resume; no work for a hidden screen
-        snapshot: Snapshot | None = self.app.snapshot
-        report: Report | None = self.app.report
+        snapshot: Snapshot | None = self.app.state.snapshot
+        report: Report | None = self.app.state.report
         predicted = report.estimate.device_bytes if report else None
         plan_line = Text()
         if report is not None:
             p = report.estimate.plan
-            plan_line.append(f"{self.app.workspace.current.name}", style="bold")
+            plan_line.append(f"{self.app.state.workspace.current.name}", style="bold")
             plan_line.append(f"  {p.model} · {p.method} · {p.seq_len:,} × {p.batch}  predicted ")
             plan_line.append(f"device peak {fmt_bytes(report.estimate.device_bytes)}", style="bold")
             plan_line.append(f" (allocated {fmt_bytes(report.estimate.allocated_bytes)})")
@@ -166,4 +166,4 @@ class MonitorScreen(Screen[None]):
         self.query_one("#monitor-free", Static).update(hint)
         if snapshot is not None:
             # No plan marker here: the run is already part of what is in use.
-            self.query_one(DevicesPanel).show_snapshot(snapshot, self.app.sampler, None)
+            self.query_one(DevicesPanel).show_snapshot(snapshot, self.app.state.sampler, None)

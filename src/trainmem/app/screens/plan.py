@@ -66,7 +66,7 @@ class PlanScreen(Screen[None]):
         # Keep the Horizontal: with the screen itself laying out the two columns, each
         # keystroke's repaint took ~4 ms longer (measured), for ~1 ms saved at start-up.
         with Horizontal(id="body"):
-            yield PlanForm(self.app.workspace.current.plan, id="form")
+            yield PlanForm(self.app.state.workspace.current.plan, id="form")
             with VerticalScroll(id="right"):
                 yield Static(id="headline", markup=False)
                 yield DevicesPanel(id="devices")
@@ -77,10 +77,12 @@ class PlanScreen(Screen[None]):
         self.query_one("#devices").border_title = "Devices"
         self.query_one("#breakdown").border_title = "Estimate"
         form = self.query_one(PlanForm)
-        form.model_suggester.words = self.app.model_names()
+        form.model_suggester.words = self.app.state.model_names()
         # The device presets are only suggestions: read after the first frame.
         self.call_after_refresh(self._load_device_names)
-        self.watch(self.app, "snapshot", self._on_snapshot)
+        self.watch(
+            self.app, "snapshot_version", lambda _v: self._on_snapshot(self.app.state.snapshot)
+        )
         self.watch(self.app, "plans_version", self._on_plans_changed)
         self.watch(self.app, "model_list_version", self._on_model_list)
 
@@ -95,7 +97,7 @@ class PlanScreen(Screen[None]):
         if version == self._shown_version:
             return
         self._shown_version = version
-        ws = self.app.workspace
+        ws = self.app.state.workspace
         form = self.query_one(PlanForm)
         form.load(ws.current.plan)
         form.border_title = f"Plan {ws.selected + 1}/{len(ws.plans)}"
@@ -104,19 +106,19 @@ class PlanScreen(Screen[None]):
         self.recalculate()
 
     def _load_device_names(self) -> None:
-        self.query_one(PlanForm).device_suggester.words = self.app.device_names()
+        self.query_one(PlanForm).device_suggester.words = self.app.state.device_names()
 
     def _on_model_list(self, _version: int) -> None:
-        self.query_one(PlanForm).model_suggester.words = self.app.model_names()
+        self.query_one(PlanForm).model_suggester.words = self.app.state.model_names()
 
     def action_copy_plan(self) -> None:
-        ws = self.app.workspace
+        ws = self.app.state.workspace
         ws.duplicate(ws.selected)
         self.app.plans_changed()
         self.notify(f"Editing a copy: {ws.current.name}", timeout=3)
 
     def action_cycle_plan(self, step: int) -> None:
-        ws = self.app.workspace
+        ws = self.app.state.workspace
         ws.select((ws.selected + step) % len(ws.plans))
         self.app.plans_changed()
 
@@ -132,7 +134,7 @@ class PlanScreen(Screen[None]):
         field.cursor_position = len(model)
 
     def action_reset_plan(self) -> None:
-        self.app.workspace.update_current(Plan())
+        self.app.state.workspace.update_current(Plan())
         self.app.plans_changed()
 
     # -- recalculation -----------------------------------------------------------------------
@@ -151,7 +153,7 @@ class PlanScreen(Screen[None]):
             self._invalid({exc.field: exc.message})
             return
         try:
-            spec = self.app.specs.get(plan.model)
+            spec = self.app.state.specs.get(plan.model)
         except PlanError as exc:
             self._invalid({"model": exc.message})
             return
@@ -164,7 +166,7 @@ class PlanScreen(Screen[None]):
     def _estimate(self, plan: Plan, spec: ModelSpec) -> None:
         form = self.query_one(PlanForm)
         try:
-            report = planning.evaluate(plan, spec, self.app.snapshot)
+            report = planning.evaluate(plan, spec, self.app.state.snapshot)
         except PlanError as exc:
             self._invalid({exc.field: exc.message})
             return
@@ -173,16 +175,16 @@ class PlanScreen(Screen[None]):
             return
         form.show_errors({})
         form.mark_applicable(plan)
-        self.app.workspace.update_current(plan)
+        self.app.state.workspace.update_current(plan)
         self._report = report
-        self.app.report = report
+        self.app.publish_report(report)
         breakdown = self.query_one(Breakdown)
         breakdown.set_stale(False)
         breakdown.show(report)
         self.query_one("#headline", Static).update(headline_text(report))
         self._refresh_devices()
         if report.fit:  # after the repaint, so the worker never delays the figures
-            self.call_after_refresh(self._solve, plan, spec, self.app.snapshot)
+            self.call_after_refresh(self._solve, plan, spec, self.app.state.snapshot)
 
     def _invalid(self, errors: dict[str, str]) -> None:
         self.query_one(PlanForm).show_errors(errors)
@@ -190,20 +192,16 @@ class PlanScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="model", exit_on_error=False)
     def _resolve_model(self, text: str) -> None:
-        try:
-            spec = self.app.specs.resolve(text)
-        except PlanError as exc:
-            self.post_message(ModelResolved(text, None, exc.message))
-        else:
-            self.post_message(ModelResolved(text, spec, None))
+        self.post_message(ModelResolved(text, *planning.read_model(text)))
 
     def on_model_resolved(self, message: ModelResolved) -> None:
+        self.app.state.specs.remember(message.text, message.spec, message.error)
         values, _ = self.query_one(PlanForm).read()
         if values.get("model") != message.text:
             return  # typed on since; a newer lookup is on its way
         if message.error is not None:
             self.query_one(Breakdown).border_subtitle = ""
-            self._invalid({"model": message.error})
+            self._invalid({"model": message.error.message})
         else:
             self.recalculate()
 
@@ -258,7 +256,7 @@ class PlanScreen(Screen[None]):
             right.move_child(first, after=right.children[0])
 
     def _refresh_devices(self) -> None:
-        snapshot = self.app.snapshot
+        snapshot = self.app.state.snapshot
         if snapshot is not None:
             peak = self._report.estimate.device_bytes if self._report else None
-            self.query_one(DevicesPanel).show_snapshot(snapshot, self.app.sampler, peak)
+            self.query_one(DevicesPanel).show_snapshot(snapshot, self.app.state.sampler, peak)

@@ -1,0 +1,44 @@
+"""Shared state and background work: failures are shown, not lost; a machine without a GPU
+asks for the machine that will train instead of judging the plan on this PC's RAM."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from app_helpers import plain, settle
+
+from trainmem.app import TrainmemApp
+from trainmem.app.fixture import demo_sampler_factory, demo_snapshot
+from trainmem.app.widgets.breakdown import CPU_ONLY_PROMPT
+
+
+def _boom() -> None:
+    raise RuntimeError("disk on fire")
+
+
+async def test_a_failing_worker_is_reported(demo_app: Callable[..., TrainmemApp]) -> None:
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        app.run_worker(_boom, name="reading plans", thread=True, exit_on_error=False)
+        await settle(app, pilot)
+        messages = [n.message for n in app._notifications]
+    assert any("reading plans failed: RuntimeError: disk on fire" in m for m in messages)
+
+
+async def test_without_a_gpu_the_dashboard_asks_for_the_training_machine(
+    demo_app: Callable[..., TrainmemApp],
+) -> None:
+    full = demo_snapshot()
+    ram_only = dataclasses.replace(
+        full, devices=tuple(d for d in full.devices if d.kind == "system")
+    )
+    app = demo_app(sampler_factory=demo_sampler_factory([ram_only]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        fit = plain(app.screen.query_one("#fit"))
+        report = app.state.report
+    assert report is not None and report.cpu_only
+    assert CPU_ONLY_PROMPT.split(".")[0] in fit.replace("\n", " ")
+    assert "if trained on this CPU" in fit
