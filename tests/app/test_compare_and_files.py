@@ -8,13 +8,13 @@ from pathlib import Path
 
 from app_helpers import settle
 from textual.widgets import DataTable, Input
-from trainmem.app.workspace import Workspace
 
 from trainmem.app import TrainmemApp
 from trainmem.app.fixture import demo_plan_set
 from trainmem.app.screens.compare import CompareScreen
 from trainmem.app.screens.plan import PlanScreen
 from trainmem.app.screens.prompt import PromptScreen
+from trainmem.app.workspace import Workspace
 from trainmem.core import Plan
 from trainmem.planner.report import build_report
 from trainmem.sources.plan_files import load_plans, save_plans, session_path
