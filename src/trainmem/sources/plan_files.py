@@ -105,7 +105,7 @@ def from_toml(text: str, path: Path) -> PlanSet:
             label = f"plan {i} ({name})" if name else f"plan {i}"
             raise PlansFileError(path, f"{label}: {exc}") from None
         auto = not name or _legacy_default_name(name, plan)
-        plans.append(NamedPlan("" if auto else name, plan, auto=auto))
+        plans.append(NamedPlan(name if name and not auto else "", plan, auto=auto))
     selected = doc.get("selected", 0)
     if not isinstance(selected, int) or not 0 <= selected < len(plans):
         selected = 0
