@@ -21,6 +21,7 @@ from trainmem.app.widgets.breakdown import short_model
 from trainmem.app.widgets.devices import short_device_name
 from trainmem.app.widgets.keybar import KeyBar
 from trainmem.core.errors import PlanError
+from trainmem.core.plan import PLAN_FIELDS
 from trainmem.core.units import fmt_bytes
 from trainmem.planner.export import Row, to_json, to_markdown
 from trainmem.sources.plan_files import atomic_write
@@ -156,14 +157,19 @@ class CompareScreen(Screen[None]):
         if not rows:
             return
         reports = [r.report for r in rows if r.report is not None]
+        plans = [rep.estimate.plan for rep in reports]
         lines: list[tuple[str, list[str]]] = [
-            ("model", [short_model(rep.estimate.plan.model)[:14] for rep in reports]),
-            ("method", [rep.estimate.plan.method for rep in reports]),
-            (
-                "seq × batch",
-                [f"{rep.estimate.plan.seq_len}×{rep.estimate.plan.batch}" for rep in reports],
-            ),
+            ("model", [short_model(p.model)[:14] for p in plans]),
+            ("method", [p.method for p in plans]),
+            ("seq × batch", [f"{p.seq_len}×{p.batch}" for p in plans]),
         ]
+        # The other plan fields, where the plans differ (the rest are the same in all).
+        for spec in PLAN_FIELDS:
+            if spec.name in ("model", "method", "seq_len", "batch"):
+                continue
+            cells = [spec.format(getattr(p, spec.name))[:14] for p in plans]
+            if len(set(cells)) > 1:
+                lines.append((spec.label.lower(), cells))
         for i, comp in enumerate(reports[0].estimate.components):
             lines.append(
                 (comp.name, [fmt_bytes(rep.estimate.components[i].bytes) for rep in reports])
@@ -176,7 +182,13 @@ class CompareScreen(Screen[None]):
             ("rule of thumb", [fmt_bytes(rep.estimate.rule_of_thumb_bytes) for rep in reports])
         )
         for label, cells in lines:
-            table.add_row(label, *(Text(c, justify="right") for c in cells))
+            differs = len(set(cells)) > 1
+            # "≠" and bold mark the rows that differ, readable without colour too.
+            style = "bold" if differs else ""
+            table.add_row(
+                Text(("≠ " if differs else "  ") + label, style=style),
+                *(Text(c, justify="right", style=style) for c in cells),
+            )
 
     # -- actions -----------------------------------------------------------------------------
 

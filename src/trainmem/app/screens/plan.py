@@ -49,6 +49,7 @@ class PlanScreen(Screen[None]):
         Binding(
             "ctrl+l", "pick_model", "Models", tooltip="Pick a model from the catalogue or cache"
         ),
+        Binding("f7", "jump_devices", "Devices", tooltip="Jump to the device panes, and back"),
     ]
 
     COMMANDS: ClassVar[set[type[Provider] | Callable[[], type[Provider]]]] = {_model_commands}
@@ -132,6 +133,17 @@ class PlanScreen(Screen[None]):
         field = self.query_one("#f-model", Input)
         field.value = model
         field.cursor_position = len(model)
+
+    def action_jump_devices(self) -> None:
+        """On a narrow terminal the panes are below the estimate: one key brings them up, the
+        next goes back to the top."""
+        right = self.query_one("#right", VerticalScroll)
+        devices = self.query_one(DevicesPanel)
+        at_devices = right.scroll_y > 0 and abs(right.scroll_y - devices.virtual_region.y) <= 1
+        if at_devices:
+            right.scroll_home(animate=False)
+        else:
+            right.scroll_to_widget(devices, top=True, animate=False)
 
     def action_reset_plan(self) -> None:
         self.app.state.workspace.update_current(Plan())

@@ -55,6 +55,29 @@ def short_device_name(name: str) -> str:
     return name
 
 
+def whole_words(text: str, room: int) -> str:
+    """``text`` cut to at most ``room`` cells at a word boundary ('' if no word fits)."""
+    if len(text) <= room:
+        return text
+    cut = text[: room + 1].rsplit(" ", 1)[0] if " " in text[: room + 1] else ""
+    return cut.rstrip()
+
+
+def device_title(d: DeviceReading, room: int) -> Text:
+    """``gpu0 RTX 4090`` or ``System RAM`` (no id that the name already says), cut at a word
+    boundary to ``room`` cells: a pane never reads "system System…"."""
+    name = short_device_name(d.name)
+    show_id = d.id.lower() not in name.lower().replace(" ", "")
+    title = Text(no_wrap=True)
+    if show_id:
+        title.append(d.id, style="bold")
+        room -= len(d.id) + 1
+    shown = whole_words(name, room)
+    if shown:
+        title.append((" " if show_id else "") + shown, style="" if show_id else "bold")
+    return title
+
+
 class DevicePane(Widget):
     """One device. ``plan_bytes``: the plan's predicted device peak to mark on the bar."""
 
@@ -87,14 +110,13 @@ class DevicePane(Widget):
     def _lines(self, width: int) -> list[Text]:
         d = self.reading
         width = max(10, width)
-        head = Text(no_wrap=True, overflow="ellipsis")
-        head.append(f"{d.id} ", style="bold")
-        head.append(short_device_name(d.name))
         if d.unavailable or d.total_bytes is None or d.used_bytes is None:
+            head = device_title(d, width)
             return [head, Text(f"unavailable: {d.unavailable or 'no memory reading'}")]
         total, used = d.total_bytes, d.used_bytes
         figures = f" {fmt_bytes(used)} / {fmt_bytes(total)} {100 * used / total:3.0f}%"
-        head.truncate(max(1, width - len(figures)), overflow="ellipsis", pad=True)
+        head = device_title(d, max(1, width - len(figures)))
+        head.pad_right(max(0, width - len(figures) - head.cell_len))
         head.append(figures)
         lines: list[Text] = [head]
         plan = self.plan_bytes

@@ -59,9 +59,12 @@ class KeyBar(Widget):
             if not binding.show or not binding.description or binding.action in seen:
                 continue
             seen.add(binding.action)
+            key = self.app.get_key_display(binding)
+            if out.cell_len + len(key) + len(binding.description) + 3 > self.size.width:
+                continue  # whole keys only, never a label cut in half (F1 lists them all)
             start = out.cell_len
             out.append(" ")
-            out.append(self.app.get_key_display(binding), style=key_style)
+            out.append(key, style=key_style)
             out.append(f" {binding.description} ", style="" if active.enabled else off_style)
             self._spans.append((start, out.cell_len, active.node, binding.action))
         palette = " ^p palette "
