@@ -44,6 +44,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tracker import StorageTracker
 
+from trainmem.core.plan import Plan as TrainmemPlan
+
 REPO = Path(__file__).resolve().parents[2]
 MODELS_JSON = Path(os.environ.get("TRAINMEM_MODELS_JSON", "/work/shared/reference/models.json"))
 if not MODELS_JSON.exists():
@@ -59,41 +61,49 @@ LORA_ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 LOW_PRECISION = {"bf16": torch.bfloat16, "fp32": torch.float32, "bf16-mixed": torch.float32}
 
 
-@dataclasses.dataclass
-class Plan:
-    method: str = "full"  # full | lora | qlora
-    precision: str = "bf16"  # fp32 | bf16 | bf16-mixed
-    optimizer: str = "adamw"  # adamw (fused) | adamw-foreach | sgd
-    seq_len: int = 512
-    batch: int = 1
-    grad_ckpt: bool = False
-    attn: str = "sdpa"
-    lora_rank: int | None = None
-    lora_alpha: int | None = None
-    lora_targets: str | None = None  # all-linear | attention
-    lora_dropout: float | None = None
-    kbit_prep: bool | None = None
+def measured_plan(
+    method: str = "full",
+    precision: str = "bf16",
+    optimizer: str = "adamw",
+    seq_len: int = 512,
+    batch: int = 1,
+    grad_ckpt: bool = False,
+    **fields: Any,
+) -> TrainmemPlan:
+    """A measured configuration, as the project's own plan (trainmem.core.plan declares every
+    field once; the harness only picks its own defaults: full fine-tuning, 512 x 1)."""
+    return TrainmemPlan(
+        method=method,
+        precision=precision,
+        optimizer=optimizer,
+        seq_len=seq_len,
+        batch=batch,
+        grad_ckpt=grad_ckpt,
+        **fields,
+    ).validated()
 
-    def key(self) -> str:
-        parts = [
-            self.method,
-            self.precision,
-            self.optimizer,
-            f"s{self.seq_len}",
-            f"b{self.batch}",
-            "gc" if self.grad_ckpt else "nogc",
-            self.attn,
+
+def case_key(plan: TrainmemPlan) -> str:
+    """The part of a record's id that names the plan (stable across releases)."""
+    parts = [
+        plan.method,
+        plan.precision,
+        plan.optimizer,
+        f"s{plan.seq_len}",
+        f"b{plan.batch}",
+        "gc" if plan.grad_ckpt else "nogc",
+        plan.attn,
+    ]
+    if plan.trains_adapter:
+        parts += [
+            f"r{plan.lora_rank}",
+            f"a{plan.lora_alpha:g}",
+            plan.lora_targets,
+            f"d{plan.lora_dropout}",
         ]
-        if self.method in ("lora", "qlora"):
-            parts += [
-                f"r{self.lora_rank}",
-                f"a{self.lora_alpha}",
-                str(self.lora_targets),
-                f"d{self.lora_dropout}",
-            ]
-        if self.method == "qlora":
-            parts.append("kbit" if self.kbit_prep else "nokbit")
-        return "/".join(parts)
+    if plan.training.kbit_prep:
+        parts.append("kbit" if plan.kbit_prep else "nokbit")
+    return "/".join(parts)
 
 
 def lora(
@@ -102,8 +112,8 @@ def lora(
     targets: str = "all-linear",
     dropout: float = 0.0,
     **kw: Any,
-) -> Plan:
-    return Plan(
+) -> TrainmemPlan:
+    return measured_plan(
         method="lora",
         precision=precision,
         lora_rank=rank,
@@ -114,8 +124,8 @@ def lora(
     )
 
 
-def qlora(kbit_prep: bool, rank: int = 16, targets: str = "all-linear", **kw: Any) -> Plan:
-    return Plan(
+def qlora(kbit_prep: bool, rank: int = 16, targets: str = "all-linear", **kw: Any) -> TrainmemPlan:
+    return measured_plan(
         method="qlora",
         precision="bf16",
         lora_rank=rank,
@@ -206,7 +216,9 @@ def _enable_gc(model: torch.nn.Module) -> None:
         model.gradient_checkpointing_enable()
 
 
-def build(entry: dict[str, Any], plan: Plan, device: str) -> tuple[torch.nn.Module, dict[str, Any]]:
+def build(
+    entry: dict[str, Any], plan: TrainmemPlan, device: str
+) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Model ready for training per the plan; returns (model, info)."""
     config = build_config(config_dict(entry))
     info: dict[str, Any] = {}
@@ -303,7 +315,7 @@ def _fake_safe_module_apply() -> Any:
         torch.nn.Module._apply = orig  # type: ignore[method-assign]
 
 
-def make_optimizer(model: torch.nn.Module, plan: Plan) -> torch.optim.Optimizer:
+def make_optimizer(model: torch.nn.Module, plan: TrainmemPlan) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     if plan.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=1e-5, weight_decay=0.0, fused=True)
@@ -315,7 +327,7 @@ def make_optimizer(model: torch.nn.Module, plan: Plan) -> torch.optim.Optimizer:
 
 
 def forward_loss(
-    model: torch.nn.Module, ids: torch.Tensor, plan: Plan, device_type: str
+    model: torch.nn.Module, ids: torch.Tensor, plan: TrainmemPlan, device_type: str
 ) -> torch.Tensor:
     """Trainer.compute_loss: outputs = model(**inputs); return outputs["loss"] - the output
     object (logits) dies here.  bf16-mixed emulates accelerate's prepare_model: forward wrapped
@@ -343,7 +355,7 @@ def train_step(
     model: torch.nn.Module,
     opt: torch.optim.Optimizer,
     ids: torch.Tensor,
-    plan: Plan,
+    plan: TrainmemPlan,
     device_type: str,
     tr: StorageTracker | None = None,
 ) -> torch.Tensor:
@@ -380,16 +392,16 @@ def count_params(model: torch.nn.Module) -> tuple[int, int, int]:
 # --------------------------------------------------------------------------- one case
 def run_case(
     entry: dict[str, Any],
-    plan: Plan,
+    plan: TrainmemPlan,
     execution: str = "real",
     device: str = "cpu",
     detail: bool = False,
     top: int = 0,
 ) -> dict[str, Any]:
     rec: dict[str, Any] = {
-        "id": f"{entry['name']}/{plan.key()}/{execution}",
+        "id": f"{entry['name']}/{case_key(plan)}/{execution}",
         "model": {"name": entry["name"], "hf_id": entry.get("hf_id"), "config": config_dict(entry)},
-        "plan": dataclasses.asdict(plan),
+        "plan": dataclasses.replace(plan, model=entry["name"]).to_dict(),
     }
     t0 = time.perf_counter()
     torch.manual_seed(0)
@@ -472,14 +484,16 @@ def run_case(
 
 # --------------------------------------------------------------------------- subsets
 # (model name, plan, execution, detail-top-N)
-Case = tuple[str, Plan, str, int]
+Case = tuple[str, TrainmemPlan, str, int]
 
 
-def _full_recipes(seq: int, batch: int, gcs: tuple[bool, ...] = (False, True)) -> list[Plan]:
+def _full_recipes(
+    seq: int, batch: int, gcs: tuple[bool, ...] = (False, True)
+) -> list[TrainmemPlan]:
     out = []
     for g in gcs:
         for prec in ("fp32", "bf16", "bf16-mixed"):
-            out.append(Plan("full", prec, "adamw", seq, batch, g))
+            out.append(measured_plan("full", prec, "adamw", seq, batch, g))
         out.append(lora("bf16", 16, "all-linear", seq_len=seq, batch=batch, grad_ckpt=g))
     return out
 
@@ -489,26 +503,26 @@ def fake_vs_real_cases(quick: bool) -> list[Case]:
     s = "SmolLM2-135M"
     if quick:
         plans = [
-            Plan("full", "fp32", "adamw", 64, 1),
-            Plan("full", "bf16-mixed", "adamw", 64, 1, grad_ckpt=True),
+            measured_plan("full", "fp32", "adamw", 64, 1),
+            measured_plan("full", "bf16-mixed", "adamw", 64, 1, grad_ckpt=True),
             lora("bf16", 16, "all-linear", seq_len=64, batch=2),
         ]
         return [(s, p, "real", 0) for p in plans]
     plans = [
-        Plan("full", "fp32", "adamw", 128, 1),
-        Plan("full", "bf16", "adamw", 128, 2),
-        Plan("full", "bf16-mixed", "adamw", 128, 1),
-        Plan("full", "bf16", "adamw", 256, 1, grad_ckpt=True),
-        Plan("full", "fp32", "adamw-foreach", 64, 1),
-        Plan("full", "bf16", "sgd", 64, 1),
-        Plan("full", "bf16", "adamw", 128, 1, attn="eager"),
+        measured_plan("full", "fp32", "adamw", 128, 1),
+        measured_plan("full", "bf16", "adamw", 128, 2),
+        measured_plan("full", "bf16-mixed", "adamw", 128, 1),
+        measured_plan("full", "bf16", "adamw", 256, 1, grad_ckpt=True),
+        measured_plan("full", "fp32", "adamw-foreach", 64, 1),
+        measured_plan("full", "bf16", "sgd", 64, 1),
+        measured_plan("full", "bf16", "adamw", 128, 1, attn="eager"),
         lora("bf16", 16, "all-linear", seq_len=128, batch=2),
         lora("bf16", 16, "all-linear", seq_len=256, batch=1, grad_ckpt=True),
         lora("bf16-mixed", 8, "attention", seq_len=128, batch=1),
         lora("bf16", 64, "all-linear", 0.05, seq_len=128, batch=1),
     ]
     return [(s, p, "real", 0) for p in plans] + [
-        ("Qwen2.5-0.5B", Plan("full", "bf16", "adamw", 64, 1), "real", 0),
+        ("Qwen2.5-0.5B", measured_plan("full", "bf16", "adamw", 64, 1), "real", 0),
         (
             "Qwen3-0.6B",
             lora("bf16-mixed", 16, "all-linear", seq_len=64, batch=1, grad_ckpt=True),
@@ -535,12 +549,13 @@ def analysis_cases() -> list[Case]:
     """The reference breakdown: Qwen2.5-0.5B, seq 512, batch 2, sdpa, no checkpointing."""
     m = "Qwen2.5-0.5B"
     return [
-        (m, Plan("full", p, "adamw", 512, 2), "fake", 25) for p in ("bf16", "fp32", "bf16-mixed")
+        (m, measured_plan("full", p, "adamw", 512, 2), "fake", 25)
+        for p in ("bf16", "fp32", "bf16-mixed")
     ] + [
         (m, lora("bf16", 16, "all-linear", seq_len=512, batch=2), "fake", 25),
         (m, lora("bf16-mixed", 16, "all-linear", seq_len=512, batch=2), "fake", 25),
-        (m, Plan("full", "bf16", "adamw", 512, 2, grad_ckpt=True), "fake", 25),
-        (m, Plan("full", "bf16", "adamw", 512, 2, attn="eager"), "fake", 25),
+        (m, measured_plan("full", "bf16", "adamw", 512, 2, grad_ckpt=True), "fake", 25),
+        (m, measured_plan("full", "bf16", "adamw", 512, 2, attn="eager"), "fake", 25),
     ]
 
 
@@ -565,33 +580,39 @@ def fake_grid(quick: bool) -> list[Case]:
         attn = "eager" if m.startswith("gemma-2") else "sdpa"  # gemma-2 softcapping: sdpa refuses
         plans = [
             *_full_recipes(512, 2),
-            Plan("full", "bf16", "adamw", 2048, 1),
-            Plan("full", "bf16", "adamw", 2048, 1, grad_ckpt=True),
-            Plan("full", "bf16-mixed", "adamw", 2048, 1, grad_ckpt=True),
+            measured_plan("full", "bf16", "adamw", 2048, 1),
+            measured_plan("full", "bf16", "adamw", 2048, 1, grad_ckpt=True),
+            measured_plan("full", "bf16-mixed", "adamw", 2048, 1, grad_ckpt=True),
             lora("bf16", 16, "all-linear", seq_len=2048, batch=1),
             lora("bf16", 16, "all-linear", seq_len=2048, batch=1, grad_ckpt=True),
             lora("bf16", 8, "attention", seq_len=1024, batch=2),
             lora("bf16", 64, "all-linear", seq_len=1024, batch=2, grad_ckpt=True),
             lora("bf16", 16, "all-linear", 0.05, seq_len=1024, batch=2),
             lora("bf16-mixed", 16, "all-linear", seq_len=1024, batch=2),
-            Plan("full", "bf16", "adamw-foreach", 1024, 2),
-            Plan("full", "bf16", "sgd", 1024, 2),
-            Plan("full", "bf16", "adamw", 256, 8),
+            measured_plan("full", "bf16", "adamw-foreach", 1024, 2),
+            measured_plan("full", "bf16", "sgd", 1024, 2),
+            measured_plan("full", "bf16", "adamw", 256, 8),
             lora("bf16", 16, "all-linear", seq_len=4096, batch=1, grad_ckpt=True),
         ]
         for p in plans:
             p.attn = attn
             cases.append((m, p, "fake", 0))
         if m in ("Qwen2.5-0.5B", "Llama-3.2-1B", "Llama-2-7b"):
-            cases.append((m, Plan("full", "bf16", "adamw", 1024, 2, attn="eager"), "fake", 0))
+            cases.append(
+                (m, measured_plan("full", "bf16", "adamw", 1024, 2, attn="eager"), "fake", 0)
+            )
             cases.append(
                 (m, lora("bf16", 16, "all-linear", seq_len=1024, batch=2, attn="eager"), "fake", 0)
             )
         if m == "Llama-2-7b":
-            cases.append((m, Plan("full", "fp32", "adamw-foreach", 1024, 2), "fake", 0))
-            cases.append((m, Plan("full", "bf16", "adamw", 4096, 1, grad_ckpt=True), "fake", 0))
+            cases.append((m, measured_plan("full", "fp32", "adamw-foreach", 1024, 2), "fake", 0))
+            cases.append(
+                (m, measured_plan("full", "bf16", "adamw", 4096, 1, grad_ckpt=True), "fake", 0)
+            )
         if m == "gemma-2-2b":  # sdpa + softcapping: expected to be refused by transformers
-            cases.append((m, Plan("full", "bf16", "adamw", 512, 2, attn="sdpa"), "fake", 0))
+            cases.append(
+                (m, measured_plan("full", "bf16", "adamw", 512, 2, attn="sdpa"), "fake", 0)
+            )
     return cases
 
 
@@ -607,8 +628,8 @@ def moe_cases() -> list[Case]:
     for m in MOE:
         attn = "eager" if m.startswith("gpt-oss") else "sdpa"
         plans = [
-            (Plan("full", "bf16", "adamw", 512, 2, attn=attn), 40),
-            (Plan("full", "bf16", "adamw", 512, 2, grad_ckpt=True, attn=attn), 0),
+            (measured_plan("full", "bf16", "adamw", 512, 2, attn=attn), 40),
+            (measured_plan("full", "bf16", "adamw", 512, 2, grad_ckpt=True, attn=attn), 0),
             (lora("bf16", 16, "all-linear", seq_len=1024, batch=1, attn=attn), 40),
             (lora("bf16", 16, "all-linear", seq_len=1024, batch=1, grad_ckpt=True, attn=attn), 0),
             (lora("bf16", 16, "attention", seq_len=2048, batch=1, attn=attn), 0),
@@ -627,7 +648,7 @@ def cases_for(subset: str) -> list[Case]:
     if subset == "gpu":
         from cuda_stats import gpu_cases
 
-        return gpu_cases(Plan, lora, qlora)
+        return gpu_cases(TrainmemPlan, lora, qlora)
     raise ValueError(subset)
 
 
@@ -761,7 +782,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.device == "cpu" and execution == "real" and plan.method != "qlora":
             todo.append("fake")  # every real case is repeated with fake tensors: agreement check
         for ex in todo:
-            rid = f"{name}/{plan.key()}/{ex}"
+            rid = f"{name}/{case_key(plan)}/{ex}"
             if args.only and args.only not in rid:
                 continue
             rec = run_case(models[name], dataclasses.replace(plan), ex, args.device, top=top)

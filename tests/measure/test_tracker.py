@@ -118,7 +118,7 @@ def test_fake_matches_real_tiny_llama() -> None:
         tie_word_embeddings=False,
     )
     model_entry = {"name": "tiny-llama", "hf_id": "none", **cfg, "config_extra": {}}
-    plan = harness.Plan(method="full", precision="bf16", optimizer="adamw", seq_len=32, batch=2)
+    plan = harness.measured_plan("full", "bf16", "adamw", seq_len=32, batch=2)
     real = harness.run_case(model_entry, plan, execution="real")
     fake = harness.run_case(model_entry, plan, execution="fake")
     assert real["measured"]["peak_allocated_bytes"] == fake["measured"]["peak_allocated_bytes"]
