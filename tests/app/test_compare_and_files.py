@@ -17,7 +17,8 @@ from trainmem.app.screens.prompt import PromptScreen
 from trainmem.app.workspace import Workspace
 from trainmem.core import Plan
 from trainmem.planner.report import build_report
-from trainmem.sources.plan_files import load_plans, save_plans, session_path
+from trainmem.sources.paths import session_path
+from trainmem.sources.plan_files import load_plans, save_plans
 from trainmem.sources.resolve import resolve_model
 
 

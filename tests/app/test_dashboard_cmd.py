@@ -9,7 +9,8 @@ import pytest
 from trainmem.app.fixture import demo_plan_set
 from trainmem.cli.dashboard_cmd import startup
 from trainmem.core import Plan
-from trainmem.sources.plan_files import save_plans, session_path
+from trainmem.sources.paths import session_path
+from trainmem.sources.plan_files import save_plans
 
 
 def test_plan_flags_open_that_plan() -> None:

@@ -5,14 +5,15 @@ from pathlib import Path
 import pytest
 
 from trainmem.core.plan import Plan
+from trainmem.sources.paths import session_path, state_dir
 from trainmem.sources.plan_files import (
     NamedPlan,
     PlanSet,
     PlansFileError,
+    from_toml,
     load_plans,
     save_plans,
-    session_path,
-    state_dir,
+    to_toml,
 )
 
 PLANS = PlanSet(
@@ -59,3 +60,47 @@ def test_unwritable_folder_is_an_error_not_a_crash(tmp_path: Path) -> None:
 def test_state_paths_follow_the_override(isolated_state: Path) -> None:
     assert state_dir() == isolated_state
     assert session_path().parent == isolated_state
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_a_file_written_by_release_0_1_loads_unchanged() -> None:
+    """Written by trainmem-tui 0.1.0's to_toml (kept as a file, not regenerated)."""
+    loaded = load_plans(DATA / "plans-v1-release-0.1.toml")
+    first, second = loaded.plans
+    assert loaded.selected == 1
+    assert first.plan == Plan() and first.auto  # its old default name: today's default instead
+    assert second.name == "my run" and not second.auto
+    assert second.plan == Plan(method="qlora", lora_dropout=0.1, kbit_prep=False, device="24GB")
+
+
+def test_a_newer_format_is_refused_and_never_overwritten(tmp_path: Path) -> None:
+    """The dashboard keeps files it could not read out of every save."""
+    from trainmem.cli.dashboard_cmd import startup
+
+    path = tmp_path / "plans.toml"
+    text = "version = 2\n[[plans]]\nmodel = '7B'\nnew_field = 1\n"
+    path.write_text(text)
+    _ns, plan_set, messages, broken = startup(["--compare", str(path)])
+    assert plan_set is None and broken == [path]
+    assert "newer trainmem-tui" in messages[0][1]
+    assert path.read_text() == text
+
+
+def test_every_field_round_trips_through_toml(tmp_path: Path) -> None:
+    plan = Plan(
+        model="Qwen/Qwen2.5-0.5B",
+        method="qlora",
+        lora_alpha=12.5,
+        lora_dropout=0.05,
+        kbit_prep=False,
+        zero=3,
+        gpus=4,
+        offload="params",
+        rule_of_thumb=True,
+    )
+    named = PlanSet((NamedPlan("x", plan), NamedPlan("", Plan(), auto=True)))
+    back = from_toml(to_toml(named), tmp_path / "p.toml")
+    assert back == named
+    assert "name" not in to_toml(PlanSet((NamedPlan("", Plan(), auto=True),)))

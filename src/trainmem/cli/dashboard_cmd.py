@@ -16,13 +16,8 @@ from pathlib import Path
 from trainmem.cli.parser import Parser
 from trainmem.cli.plan_args import add_plan_arguments, plan_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
-from trainmem.sources.plan_files import (
-    NamedPlan,
-    PlanSet,
-    PlansFileError,
-    load_plans,
-    session_path,
-)
+from trainmem.sources.paths import session_path
+from trainmem.sources.plan_files import NamedPlan, PlanSet, PlansFileError, load_plans
 
 PROG = "trainmem-tui"
 

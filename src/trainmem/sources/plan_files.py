@@ -21,7 +21,6 @@ import tomli_w
 
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
-from trainmem.sources.paths import default_plans_path, session_path, state_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -161,11 +160,8 @@ __all__ = [
     "PlanSet",
     "PlansFileError",
     "atomic_write",
-    "default_plans_path",
     "from_toml",
     "load_plans",
     "save_plans",
-    "session_path",
-    "state_dir",
     "to_toml",
 ]
