@@ -64,7 +64,7 @@ async def test_compare_actions_and_export(
         await answer(app, pilot, str(tmp_path / "cmp.md"))
         md = (tmp_path / "cmp.md").read_text()
         assert md.startswith("| Plan | Model |") and "Qwen2.5-7B qlora 4096x2 r64" in md
-        assert "| logits |" in md
+        assert "| ≠ logits |" in md and "| ≠ LoRA rank | 16 | 16 | 64 |" in md
         await pilot.press("j")
         await answer(app, pilot, str(tmp_path / "cmp.json"))
         doc = json.loads((tmp_path / "cmp.json").read_text())

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trainmem.core.plan import PLAN_FIELDS, Plan
 from trainmem.core.units import fmt_bytes
 from trainmem.planner.report import Report
 
@@ -24,6 +25,23 @@ class Row:
     name: str
     report: Report | None
     error: str | None = None
+
+
+def field_rows(
+    plans: Sequence[Plan], *, differing_only: bool = False
+) -> list[tuple[str, list[str]]]:
+    """(label, one cell per plan) for every plan field, as the form labels and shows it; with
+    ``differing_only`` just the fields on which the plans differ."""
+    rows = []
+    for spec in PLAN_FIELDS:
+        cells = [spec.format(getattr(p, spec.name)) for p in plans]
+        if not differing_only or len(set(cells)) > 1:
+            rows.append((spec.label, cells))
+    return rows
+
+
+def differs(cells: Sequence[str]) -> bool:
+    return len(set(cells)) > 1
 
 
 def verdict_cell(report: Report) -> str:
@@ -58,15 +76,20 @@ def to_markdown(rows: Sequence[Row]) -> str:
             f"{fmt_bytes(est.device_bytes)} | {fmt_bytes(est.rule_of_thumb_bytes)} | "
             f"{_md_escape(verdict_cell(row.report))} |"
         )
-    ok = [r for r in rows if r.report is not None]
-    if ok:
-        lines += ["", "| Component | " + " | ".join(_md_escape(r.name) for r in ok) + " |"]
-        lines.append("|---|" + "---:|" * len(ok))
-        first = ok[0].report
-        assert first is not None
-        for i, comp in enumerate(first.estimate.components):
-            cells = [fmt_bytes(r.report.estimate.components[i].bytes) for r in ok if r.report]
-            lines.append(f"| {comp.name} | " + " | ".join(cells) + " |")
+    reports = [r.report for r in rows if r.report is not None]
+    names = [r.name for r in rows if r.report is not None]
+    if reports:
+        # Every plan field, then every component; ≠ marks the rows where the plans differ.
+        lines += ["", "| | " + " | ".join(_md_escape(n) for n in names) + " |"]
+        lines.append("|---|" + "---:|" * len(reports))
+        table = field_rows([r.estimate.plan for r in reports])
+        for i, comp in enumerate(reports[0].estimate.components):
+            table.append((comp.name, [fmt_bytes(r.estimate.components[i].bytes) for r in reports]))
+        for label, cells in table:
+            mark = "≠ " if differs(cells) else ""
+            lines.append(
+                f"| {mark}{_md_escape(label)} | " + " | ".join(map(_md_escape, cells)) + " |"
+            )
     return "\n".join(lines) + "\n"
 
 

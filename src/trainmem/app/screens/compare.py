@@ -21,9 +21,9 @@ from trainmem.app.widgets.breakdown import short_model
 from trainmem.app.widgets.devices import short_device_name
 from trainmem.app.widgets.keybar import KeyBar
 from trainmem.core.errors import PlanError
-from trainmem.core.plan import PLAN_FIELDS
+from trainmem.core.plan import FIELDS_BY_NAME
 from trainmem.core.units import fmt_bytes
-from trainmem.planner.export import Row, to_json, to_markdown
+from trainmem.planner.export import Row, differs, field_rows, to_json, to_markdown
 from trainmem.sources.plan_files import atomic_write
 
 if TYPE_CHECKING:
@@ -164,12 +164,12 @@ class CompareScreen(Screen[None]):
             ("seq × batch", [f"{p.seq_len}×{p.batch}" for p in plans]),
         ]
         # The other plan fields, where the plans differ (the rest are the same in all).
-        for spec in PLAN_FIELDS:
-            if spec.name in ("model", "method", "seq_len", "batch"):
-                continue
-            cells = [spec.format(getattr(p, spec.name))[:14] for p in plans]
-            if len(set(cells)) > 1:
-                lines.append((spec.label.lower(), cells))
+        shown = {FIELDS_BY_NAME[n].label for n in ("model", "method", "seq_len", "batch")}
+        lines += [
+            (label.lower(), [c[:14] for c in cells])
+            for label, cells in field_rows(plans, differing_only=True)
+            if label not in shown
+        ]
         for i, comp in enumerate(reports[0].estimate.components):
             lines.append(
                 (comp.name, [fmt_bytes(rep.estimate.components[i].bytes) for rep in reports])
@@ -182,11 +182,11 @@ class CompareScreen(Screen[None]):
             ("rule of thumb", [fmt_bytes(rep.estimate.rule_of_thumb_bytes) for rep in reports])
         )
         for label, cells in lines:
-            differs = len(set(cells)) > 1
             # "≠" and bold mark the rows that differ, readable without colour too.
-            style = "bold" if differs else ""
+            mark = differs(cells)
+            style = "bold" if mark else ""
             table.add_row(
-                Text(("≠ " if differs else "  ") + label, style=style),
+                Text(("≠ " if mark else "  ") + label, style=style),
                 *(Text(c, justify="right", style=style) for c in cells),
             )
 
