@@ -204,8 +204,11 @@ async def test_models_in_the_local_cache_complete_and_resolve_off_the_ui_thread(
 
     from trainmem.sources import catalog
 
-    snapshot_dir = Path(os.environ["HF_HUB_CACHE"]) / "models--acme--tiny-lm" / "snapshots" / "a1"
+    repo = Path(os.environ["HF_HUB_CACHE"]) / "models--acme--tiny-lm"
+    snapshot_dir = repo / "snapshots" / "a1"
     snapshot_dir.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a1")  # huggingface_hub's layout: refs name snapshots
     small = catalog.find("Qwen/Qwen2.5-0.5B")
     assert small is not None
     (snapshot_dir / "config.json").write_text(json.dumps(small.config))

@@ -1,11 +1,19 @@
-"""--model: counts, catalogue ids, config files, safetensors headers, the HF cache, bad input."""
+"""--model: counts, catalogue ids, config files, safetensors headers, the HF cache (in
+huggingface_hub's real layout), revisions, bad input."""
 
+import hashlib
 import json
+import os
 import struct
+import subprocess
+import sys
+import time
 
 import pytest
 
 from trainmem.core.errors import PlanError
+from trainmem.sources.hf import hub_cache_dir, split_revision
+from trainmem.sources.paths import downloaded_model_dir
 from trainmem.sources.resolve import cached_model_ids, resolve_model
 
 CONFIG = {
@@ -67,14 +75,116 @@ def test_corrupt_safetensors_is_noted_not_fatal(tmp_path):
     assert spec.source == "config" and "unreadable" in spec.notes[-1]
 
 
+def write_cached(root, hf_id, sha, config, refs=("main",), age_s=0):
+    """One snapshot in huggingface_hub's cache layout: blobs/, snapshots/<sha>/ (symlinks)
+    and refs/<name> holding the sha."""
+    repo = root / ("models--" + hf_id.replace("/", "--"))
+    blob = repo / "blobs" / hashlib.sha1(f"{sha}-config".encode()).hexdigest()
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    blob.write_text(json.dumps(config))
+    snap = repo / "snapshots" / sha
+    snap.mkdir(parents=True)
+    (snap / "config.json").symlink_to(os.path.relpath(blob, snap))
+    for ref in refs:
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / ref).write_text(sha)
+    when = time.time() - age_s
+    for path in (blob, snap):
+        os.utime(path, (when, when))
+    return snap
+
+
+OLD_SHA, NEW_SHA = "1" * 40, "2" * 40
+
+
 def test_hf_cache_lookup(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    snap = tmp_path / "models--acme--tiny" / "snapshots" / "abc123"
-    snap.mkdir(parents=True)
-    (snap / "config.json").write_text(json.dumps(CONFIG))
+    write_cached(tmp_path, "acme/tiny", OLD_SHA, CONFIG)
     assert cached_model_ids() == ["acme/tiny"]
     spec = resolve_model("acme/tiny")
     assert spec.source == "hf-cache" and spec.layers == 2
+
+
+def test_refs_main_wins_over_a_newer_snapshot(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    write_cached(tmp_path, "acme/tiny", OLD_SHA, CONFIG, age_s=3600)
+    write_cached(tmp_path, "acme/tiny", NEW_SHA, {**CONFIG, "num_hidden_layers": 4}, refs=("dev",))
+    assert resolve_model("acme/tiny").layers == 2  # refs/main, not the newest by mtime
+    assert resolve_model(f"acme/tiny@{NEW_SHA}").layers == 4  # a commit
+    assert resolve_model("acme/tiny@dev").layers == 4  # a branch, through refs/dev
+    with pytest.raises(PlanError, match="unknown model"):
+        resolve_model("acme/tiny@v9")  # never another snapshot for an unknown revision
+
+
+def test_cached_ids_need_a_config_at_main(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    write_cached(tmp_path, "acme/tiny", OLD_SHA, CONFIG)
+    write_cached(tmp_path, "acme/pinned", NEW_SHA, CONFIG, refs=())  # a commit only
+    (tmp_path / "datasets--acme--data" / "snapshots").mkdir(parents=True)
+    (tmp_path / "models--acme--broken").mkdir()  # no snapshots: a scan warning, not an error
+    assert cached_model_ids() == ["acme/tiny"]
+    assert resolve_model(f"acme/pinned@{NEW_SHA}").source == "hf-cache"
+
+
+def test_no_cache_folder_means_no_ids(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "absent"))
+    assert cached_model_ids() == []
+
+
+@pytest.mark.parametrize(
+    ("env", "where"),
+    [
+        ({"HF_HUB_CACHE": "~/hf-cache"}, "home/hf-cache"),
+        ({"HF_HUB_CACHE": "$MY_DISK/hub"}, "disk/hub"),
+        ({"HF_HOME": "~/hf-home"}, "home/hf-home/hub"),
+        ({"XDG_CACHE_HOME": "$MY_DISK/xdg"}, "disk/xdg/huggingface/hub"),
+    ],
+)
+def test_cache_location_expands_home_and_variables(tmp_path, monkeypatch, env, where):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MY_DISK", str(tmp_path / "disk"))
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    write_cached(tmp_path / where, "acme/tiny", OLD_SHA, CONFIG)
+    assert hub_cache_dir() == tmp_path / where
+    assert resolve_model("acme/tiny").source == "hf-cache"
+    assert cached_model_ids() == ["acme/tiny"]
+
+
+def test_downloaded_stub_per_revision(tmp_path):
+    folder = downloaded_model_dir("acme/tiny", "abc123")
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    write_safetensors(folder / "model.safetensors", {"a": ("BF16", [10, 10])})
+    spec = resolve_model("acme/tiny@abc123")
+    assert spec.source == "downloaded" and spec.params == 100
+    with pytest.raises(PlanError):
+        resolve_model("acme/tiny")  # main was never downloaded
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("org/m@rev", ("org/m", "rev")),
+        ("org/m@refs/pr/1", ("org/m", "refs/pr/1")),
+        ("org/m", ("org/m", None)),
+        ("org/m@", ("org/m", None)),
+    ],
+)
+def test_split_revision(text, expected):
+    assert split_revision(text) == expected
+
+
+def test_resolving_counts_and_catalogue_ids_imports_no_huggingface_hub():
+    code = (
+        "import sys; from trainmem.sources.resolve import resolve_model; "
+        "resolve_model('7B'); resolve_model('Qwen/Qwen2.5-7B'); "
+        "print(any(m.split('.')[0] == 'huggingface_hub' for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 @pytest.mark.parametrize(

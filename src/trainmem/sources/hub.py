@@ -1,87 +1,193 @@
 """``--download``: fetch a model's config.json and safetensors headers from the Hugging Face
-Hub, only when the user asks. Weights are never downloaded: each shard's header is read with
-two HTTP range requests (its 8-byte length, then the JSON), and stored as a header-only stub
-that the offline resolver reads like a real checkpoint.
+Hub, only when the user asks, through huggingface_hub (2.4.0). Weights are never downloaded:
+get_safetensors_metadata reads each shard's header with range requests, and the headers are
+stored as header-only stubs that the offline resolver reads like a real checkpoint.
 
-HF_ENDPOINT and HF_TOKEN are honoured as huggingface_hub does (mirrors, gated models).
+huggingface_hub supplies the token (HF_TOKEN or `hf auth login`), HF_ENDPOINT and retries;
+every failure it raises becomes one ``DownloadError`` line saying what to do.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import struct
-import urllib.error
-import urllib.request
+import tempfile
+from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
+from trainmem.sources import hf
+from trainmem.sources.hf import split_revision as split_revision  # for the CLI: "org/m@rev"
 from trainmem.sources.paths import downloaded_model_dir
-from trainmem.sources.safetensors import MAX_HEADER
 
-TIMEOUT_S = 20
+if TYPE_CHECKING:
+    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.utils._safetensors import SafetensorsFileMetadata  # its defining module
 
 
 class DownloadError(ValueError):
-    """A one-line reason the download failed (network, 404, gated, malformed file)."""
+    """A one-line reason the download failed (network, not found, gated, malformed file)."""
 
 
-def _url(hf_id: str, name: str) -> str:
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    return f"{endpoint}/{hf_id}/resolve/main/{name}"
+def download(hf_id: str, revision: str | None = None) -> Path:
+    """Fetch config.json and every shard's header; return the folder the resolver reads.
 
-
-def _get(hf_id: str, name: str, byte_range: tuple[int, int] | None = None) -> bytes:
-    request = urllib.request.Request(_url(hf_id, name))
-    if os.environ.get("HF_TOKEN"):
-        request.add_header("Authorization", f"Bearer {os.environ['HF_TOKEN']}")
-    if byte_range:
-        request.add_header("Range", f"bytes={byte_range[0]}-{byte_range[1]}")
+    ``hf_id`` may carry the revision itself (``org/model@rev``)."""
+    name, in_text = split_revision(hf_id)
+    if revision and in_text and revision != in_text:
+        raise DownloadError(f"{hf_id}: two revisions given ({in_text!r} and {revision!r})")
+    revision = revision or in_text
+    if hf.offline():
+        raise DownloadError(_offline(name, revision))
+    folder = downloaded_model_dir(name, revision)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".download-", dir=folder.parent))
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            data: bytes = response.read()
-    except urllib.error.HTTPError as exc:
-        hint = " (gated or private: set HF_TOKEN)" if exc.code in (401, 403) else ""
-        raise DownloadError(f"{hf_id}/{name}: HTTP {exc.code}{hint}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise DownloadError(f"cannot reach the Hub for {hf_id}: {reason}") from None
-    if byte_range and len(data) > byte_range[1] - byte_range[0] + 1:
-        data = data[: byte_range[1] - byte_range[0] + 1]  # a server that ignored Range
-    return data
+        config, headers = _fetch(name, revision, staging)
+    except DownloadError:
+        raise
+    except Exception as exc:  # whatever huggingface_hub raises: one line, never a traceback
+        raise DownloadError(_reason(exc, name, revision)) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    _store(folder, config, headers)
+    return folder
 
 
-def _header(hf_id: str, shard: str) -> bytes:
-    (length,) = struct.unpack("<Q", _get(hf_id, shard, (0, 7)).ljust(8, b"\0"))
-    if not 0 < length <= MAX_HEADER:
-        raise DownloadError(f"{hf_id}/{shard}: not a safetensors file")
-    return _get(hf_id, shard, (8, 7 + length))
+def _fetch(hf_id: str, revision: str | None, staging: Path) -> tuple[bytes, dict[str, bytes]]:
+    from huggingface_hub import HfApi, constants, hf_hub_download
+    from huggingface_hub.errors import NotASafetensorsRepoError
+    from huggingface_hub.utils.tqdm import disable_progress_bars
 
-
-def download(hf_id: str) -> Path:
-    """Fetch config.json and every shard's header; return the folder the resolver reads."""
-    config = _get(hf_id, "config.json")
-    try:
-        json.loads(config)
-    except json.JSONDecodeError:
-        raise DownloadError(f"{hf_id}/config.json is not JSON") from None
-    try:
-        index = json.loads(_get(hf_id, "model.safetensors.index.json"))
-        shards = sorted(set(index["weight_map"].values()))
-    except (DownloadError, json.JSONDecodeError, KeyError, TypeError):
-        shards = ["model.safetensors"]
-    headers = {}
-    for shard in shards:
+    with ExitStack() as stack:
+        if constants.HF_HUB_DISABLE_PROGRESS_BARS is None:  # an explicit user setting wins
+            stack.enter_context(disable_progress_bars())  # no tqdm noise on the CLI or TUI
+        # local_dir: config.json lands in a scratch folder, not in the user's hub cache
+        # (a config-only snapshot there would shadow these headers on the next resolve).
+        path = hf_hub_download(
+            hf_id,
+            "config.json",
+            revision=revision,
+            cache_dir=hf.hub_cache_dir(),
+            local_dir=staging,
+            endpoint=hf.endpoint(),
+        )
+        config = Path(path).read_bytes()
         try:
-            headers[shard] = _header(hf_id, shard)
-        except DownloadError:
-            if shards != ["model.safetensors"]:
-                raise
-            headers = {}  # no safetensors at all: the config alone still gives the shapes
-    folder = downloaded_model_dir(hf_id)
+            json.loads(config)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise DownloadError(f"{hf_id}/config.json is not JSON") from None
+        try:
+            repo = HfApi(endpoint=hf.endpoint()).get_safetensors_metadata(hf_id, revision=revision)
+        except NotASafetensorsRepoError:
+            return config, {}  # no safetensors at all: the config alone still gives the shapes
+    return config, {shard: _header(meta) for shard, meta in repo.files_metadata.items()}
+
+
+def _header(meta: SafetensorsFileMetadata) -> bytes:
+    header: dict[str, object] = {
+        name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": list(t.data_offsets)}
+        for name, t in meta.tensors.items()
+    }
+    if meta.metadata:
+        header["__metadata__"] = meta.metadata
+    return json.dumps(header).encode()
+
+
+def _store(folder: Path, config: bytes, headers: dict[str, bytes]) -> None:
+    """Header stubs (8-byte length + JSON, see sources/safetensors.py), then config.json."""
     folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").unlink(missing_ok=True)  # incomplete until written again, last
+    for stale in folder.glob("*.safetensors"):
+        stale.unlink()
     for shard, header in headers.items():
         (folder / Path(shard).name).write_bytes(struct.pack("<Q", len(header)) + header)
     tmp = folder / "config.json.tmp"
     tmp.write_bytes(config)
-    tmp.replace(folder / "config.json")  # written last: its presence means complete
-    return folder
+    tmp.replace(folder / "config.json")  # its presence means complete
+
+
+def _offline(hf_id: str, revision: str | None) -> str:
+    at = _at(hf_id, revision)
+    return f"cannot download {at}: HF_HUB_OFFLINE is set (unset it or drop --download)"
+
+
+def _at(hf_id: str, revision: str | None) -> str:
+    return f"{hf_id}@{revision}" if revision else hf_id
+
+
+def _reason(exc: BaseException, hf_id: str, revision: str | None) -> str:
+    """One line for a huggingface_hub failure (classes from huggingface_hub/errors.py, 2.4.0)."""
+    from huggingface_hub import errors
+
+    at = _at(hf_id, revision)
+    if isinstance(exc, errors.OfflineModeIsEnabled):
+        return _offline(hf_id, revision)
+    if isinstance(exc, errors.LocalEntryNotFoundError) and isinstance(
+        exc.__cause__, errors.HfHubHTTPError
+    ):
+        exc = exc.__cause__  # hf_hub_download reports e.g. a plain 403 as "not in the cache"
+    if isinstance(exc, errors.HfHubHTTPError):
+        return _http_reason(exc, hf_id, revision)
+    if isinstance(exc, errors.LocalEntryNotFoundError):  # connection refused, timeout, proxy...
+        where = hf.endpoint() or "https://huggingface.co"
+        return f"cannot reach the Hub at {where} for {at}: {_line(exc.__cause__ or exc)}"
+    if isinstance(exc, errors.SafetensorsParsingError):
+        return f"{at}: unreadable safetensors header: {_line(exc)}"
+    return f"{at}: {type(exc).__name__}: {_line(exc)}"
+
+
+def _http_reason(exc: HfHubHTTPError, hf_id: str, revision: str | None) -> str:
+    from huggingface_hub import errors
+
+    at, code = _at(hf_id, revision), exc.response.status_code
+    login = "log in with `hf auth login` or set HF_TOKEN"
+    token = _token_sent(exc)
+    if isinstance(exc, errors.GatedRepoError):
+        page = f"{hf.endpoint() or 'https://huggingface.co'}/{hf_id}"
+        if token:
+            return (
+                f"{at} is gated and your token has no access: "
+                f"accept its licence at {page} (HTTP {code})"
+            )
+        return (
+            f"{at} is gated and no token was sent: {login}, "
+            f"after accepting its licence at {page} (HTTP {code})"
+        )
+    if isinstance(exc, errors.RevisionNotFoundError):
+        return f"{hf_id} has no revision {revision or 'main'!r} (HTTP {code})"
+    if isinstance(exc, errors.RepositoryNotFoundError):
+        if token:
+            return (
+                f"{at}: no such model on the Hub, or your token has no access to it (HTTP {code})"
+            )
+        return f"{at}: no such model on the Hub; if it is private, {login} (HTTP {code})"
+    if isinstance(exc, errors.RemoteEntryNotFoundError):
+        name = unquote(str(exc.response.url).rsplit("/", 1)[-1])
+        return f"{at} has no {name} (HTTP {code})"
+    if isinstance(exc, errors.DisabledRepoError):
+        return f"{at} is disabled on the Hub (HTTP {code})"
+    if code in (401, 403):
+        hint = (
+            "your token was refused or lacks permission" if token else f"no token was sent: {login}"
+        )
+        return f"{at}: access denied, {hint} (HTTP {code})"
+    detail = _line(exc.server_message) if exc.server_message else ""
+    return f"{at}: the Hub answered HTTP {code}" + (f": {detail}" if detail else "")
+
+
+def _token_sent(exc: HfHubHTTPError) -> bool:
+    """Whether the failed request carried a token. Read from ``exc.response.request``: in
+    2.4.0 ``exc.request`` is unset, since errors.py assigns it before httpx2.HTTPError's
+    ``__init__`` resets it to None."""
+    try:
+        return "authorization" in exc.response.request.headers
+    except (AttributeError, RuntimeError):  # httpx2 raises RuntimeError for a detached response
+        return False
+
+
+def _line(exc: object) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__

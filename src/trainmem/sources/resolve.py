@@ -2,57 +2,30 @@
 
 Accepted, in this order: a parameter count (``7B``, ``494M``, ``70e9``); a catalogue id;
 a path to a config.json or a folder holding one (safetensors headers, when present, give the
-exact count); a Hugging Face id already in the local cache. Nothing is downloaded.
+exact count); a Hugging Face id, optionally ``org/model@revision``, found in the local hub
+cache at that revision (``refs/main`` when none) or fetched earlier with ``--download``.
+Nothing is downloaded here, and huggingface_hub is only imported for Hub ids.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
 from trainmem.core.architecture import ModelSpec, spec_from_config, spec_from_count
 from trainmem.core.errors import PlanError
 from trainmem.core.units import parse_count
-from trainmem.sources import catalog, safetensors
+from trainmem.sources import catalog, hf, safetensors
 from trainmem.sources.paths import downloaded_model_dir
 
 _SAFETENSORS_DTYPES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32"}
 
 
-def hf_cache_dir() -> Path:
-    """The hub cache, honouring HF_HUB_CACHE and HF_HOME as huggingface_hub does."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
-    )
-    return Path(home) / "hub"
-
-
-def cached_model_dir(hf_id: str) -> Path | None:
-    """The newest snapshot folder of ``hf_id`` in the hub cache that holds a config.json."""
-    repo = hf_cache_dir() / ("models--" + hf_id.replace("/", "--"))
-    snapshots = sorted(
-        (p for p in (repo / "snapshots").glob("*") if (p / "config.json").is_file()),
-        key=lambda p: p.stat().st_mtime,
-    )
-    return snapshots[-1] if snapshots else None
-
-
 def cached_model_ids() -> list[str]:
     """Hugging Face ids with a config.json in the local cache (for the dashboard's list)."""
-    root = hf_cache_dir()
-    if not root.is_dir():
-        return []
-    ids = []
-    for repo in sorted(root.glob("models--*")):
-        hf_id = repo.name.removeprefix("models--").replace("--", "/")
-        if cached_model_dir(hf_id) is not None:
-            ids.append(hf_id)
-    return ids
+    return hf.cached_model_ids()
 
 
 def spec_from_folder(folder: Path, name: str, source: str) -> ModelSpec:
@@ -102,12 +75,15 @@ def resolve_model(text: str) -> ModelSpec:
         )
     if path.is_dir():
         return spec_from_folder(path, path.name or text, "config")
-    cached = cached_model_dir(text) if "/" in text else None
-    if cached is not None:
-        return spec_from_folder(cached, text, "hf-cache")
-    if "/" in text and (downloaded_model_dir(text) / "config.json").is_file():
-        return spec_from_folder(downloaded_model_dir(text), text, "downloaded")
-    if path.suffix == ".json" or text.startswith((".", "/", "~")) or text.count("/") > 1:
+    hf_id, revision = hf.split_revision(text)
+    if hf_id.count("/") == 1 and not hf_id.startswith((".", "/", "~")):
+        cached = hf.cached_file(hf_id, "config.json", revision)
+        if cached is not None:
+            return spec_from_folder(cached.parent, text, "hf-cache")
+        downloaded = downloaded_model_dir(hf_id, revision)
+        if (downloaded / "config.json").is_file():
+            return spec_from_folder(downloaded, text, "downloaded")
+    if path.suffix == ".json" or text.startswith((".", "/", "~")) or hf_id.count("/") > 1:
         raise PlanError("model", f"no such file: {text}")
     close = difflib.get_close_matches(text, catalog.names(), n=3, cutoff=0.5)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
