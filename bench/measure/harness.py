@@ -595,8 +595,7 @@ def fake_grid(quick: bool) -> list[Case]:
             lora("bf16", 16, "all-linear", seq_len=4096, batch=1, grad_ckpt=True),
         ]
         for p in plans:
-            p.attn = attn
-            cases.append((m, p, "fake", 0))
+            cases.append((m, dataclasses.replace(p, attn=attn), "fake", 0))
         if m in ("Qwen2.5-0.5B", "Llama-3.2-1B", "Llama-2-7b"):
             cases.append(
                 (m, measured_plan("full", "bf16", "adamw", 1024, 2, attn="eager"), "fake", 0)
@@ -648,7 +647,7 @@ def cases_for(subset: str) -> list[Case]:
     if subset == "gpu":
         from cuda_stats import gpu_cases
 
-        return gpu_cases(TrainmemPlan, lora, qlora)
+        return gpu_cases(measured_plan, lora, qlora)
     raise ValueError(subset)
 
 
