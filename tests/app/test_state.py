@@ -42,3 +42,14 @@ async def test_without_a_gpu_the_dashboard_asks_for_the_training_machine(
     assert report is not None and report.cpu_only
     assert CPU_ONLY_PROMPT.split(".")[0] in fit.replace("\n", " ")
     assert "if trained on this CPU" in fit
+
+
+def test_a_stale_device_says_how_old_its_figures_are() -> None:
+    """A source that stopped answering (a stuck NVML call) keeps its last figures, marked."""
+    from trainmem.app.widgets.devices import DevicePane
+
+    gpu = next(d for d in demo_snapshot().devices if d.kind == "gpu")
+    fresh = DevicePane(gpu)._lines(80)[0].plain
+    stale = DevicePane(dataclasses.replace(gpu, stale_s=12.4))._lines(80)[0].plain
+    assert "stale" not in fresh and "stale 12s" in stale
+    assert stale.split()[:2] == fresh.split()[:2]  # the title is kept whole

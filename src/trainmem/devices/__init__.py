@@ -7,6 +7,9 @@ For the dashboard (the callback runs on the sampler's thread; post a message fro
     sampler.history("gpu0")    # [HistoryPoint(timestamp, used_bytes, utilization_pct), ...]
     sampler.peaks()            # Peaks(devices={"gpu0": ...}, processes={("gpu0", pid): ...})
 
+Each source (NVML, system RAM, Apple unified memory; ``DeviceSource`` for more) is read on
+its own thread: one that hangs is marked ``stale_s``, one that raises becomes ``unavailable``.
+
 For the planner::
 
     parse_device_spec("RTX-4090,unified:36GB")  # -> [DeviceTarget, ...]; "auto" reads the machine
@@ -31,6 +34,7 @@ _WHERE = {
     "Sampler": "sampler",
     "SnapshotCallback": "sampler",
     "read_devices": "sampler",
+    "DeviceSource": "source",
     "DeviceKind": "snapshot",
     "DeviceReading": "snapshot",
     "MigReading": "snapshot",
@@ -64,6 +68,7 @@ if TYPE_CHECKING:
         ProcessReading,
         Snapshot,
     )
+    from trainmem.devices.source import DeviceSource
     from trainmem.devices.system import SystemReader
     from trainmem.devices.target import detect_targets, parse_device_spec
     from trainmem.devices.unified import is_apple_silicon, usable_unified
@@ -78,6 +83,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DeviceKind",
     "DeviceReading",
+    "DeviceSource",
     "DeviceTarget",
     "HistoryPoint",
     "MigReading",

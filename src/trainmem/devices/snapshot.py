@@ -77,6 +77,8 @@ class DeviceReading:
     system RAM, three quarters of the total for unified memory.
     ``field_errors`` lists (field, reason) for readings this device could not give, e.g.
     ``("power", "not supported")``; ``unavailable`` is set when the whole device is.
+    ``stale_s`` is set when the device's source has not answered for that many seconds (more
+    than a couple of sampling intervals): the other figures are its last answer.
     """
 
     id: str
@@ -100,6 +102,7 @@ class DeviceReading:
     swap_used_bytes: int | None = None
     field_errors: tuple[tuple[str, str], ...] = ()
     peak_used_bytes: int | None = None  # filled in by the Sampler
+    stale_s: float | None = None  # filled in by the Sampler
 
     def field_error(self, name: str) -> str | None:
         """The reason a field is not available, or None."""
@@ -128,6 +131,7 @@ class DeviceReading:
             "swap_total_bytes": self.swap_total_bytes,
             "swap_used_bytes": self.swap_used_bytes,
             "unavailable_fields": dict(self.field_errors),
+            "stale_s": self.stale_s,
         }
 
 

@@ -54,4 +54,6 @@ def as_unified(gpu: DeviceReading, ram: DeviceReading) -> DeviceReading:
         unavailable=gpu.unavailable or ram.unavailable,
         # NVML's "memory not supported" is the expected state of such a GPU, not a fault.
         field_errors=tuple((f, r) for f, r in gpu.field_errors if f != "memory"),
+        # The memory figures are RAM's: as stale as the staler of the two readings.
+        stale_s=max(gpu.stale_s or 0.0, ram.stale_s or 0.0) or None,
     )

@@ -115,6 +115,8 @@ class DevicePane(Widget):
             return [head, Text(f"unavailable: {d.unavailable or 'no memory reading'}")]
         total, used = d.total_bytes, d.used_bytes
         figures = f" {fmt_bytes(used)} / {fmt_bytes(total)} {100 * used / total:3.0f}%"
+        if d.stale_s is not None:  # its source has not answered lately: say how old it is
+            figures = f" stale {d.stale_s:.0f}s" + figures
         head = device_title(d, max(1, width - len(figures)))
         head.pad_right(max(0, width - len(figures) - head.cell_len))
         head.append(figures)
