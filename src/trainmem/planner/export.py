@@ -34,14 +34,19 @@ def field_rows(
     ``differing_only`` just the fields on which the plans differ."""
     rows = []
     for spec in PLAN_FIELDS:
-        cells = [spec.format(getattr(p, spec.name)) for p in plans]
-        if not differing_only or len(set(cells)) > 1:
+        # "—" where a field does not apply (LoRA rank of a full fine-tune)
+        cells = [
+            spec.format(getattr(p, spec.name)) if spec.applies is None or spec.applies(p) else "—"
+            for p in plans
+        ]
+        if not differing_only or differs(cells):
             rows.append((spec.label, cells))
     return rows
 
 
 def differs(cells: Sequence[str]) -> bool:
-    return len(set(cells)) > 1
+    """Whether the plans differ here ("—", a field that does not apply, is no difference)."""
+    return len(set(cells) - {"—"}) > 1
 
 
 def verdict_cell(report: Report) -> str:

@@ -29,7 +29,8 @@ from trainmem.sources.plan_files import atomic_write
 if TYPE_CHECKING:
     from trainmem.app.app import TrainmemApp
 
-FIXED_COLUMNS = 66  # every column but the bar: widths, cell padding, border, scrollbar
+FIXED_COLUMNS = 50  # every column but the bar and the name: widths, padding, border, scrollbar
+NAME_WIDTH = 16  # the name column at its narrowest
 
 
 class CompareScreen(Screen[None]):
@@ -106,12 +107,16 @@ class CompareScreen(Screen[None]):
     def _draw(self) -> None:
         table = self.query_one("#compare-table", DataTable)
         cursor = table.cursor_row
-        bar_width = max(10, self.size.width - FIXED_COLUMNS)
+        # Names say what sets each plan apart: give them room, the bar keeps at least 20 cells.
+        longest = max((len(r.name) for r in self.rows), default=4)
+        name_width = min(longest, max(NAME_WIDTH, self.size.width - FIXED_COLUMNS - 20))
+        name_width = max(NAME_WIDTH, name_width)
+        bar_width = max(10, self.size.width - FIXED_COLUMNS - name_width)
         ok = [r.report for r in self.rows if r.report is not None]
         scale = max((r.estimate.device_bytes for r in ok), default=1)
         table.clear(columns=True)
         table.add_column("#", width=2)
-        table.add_column("Plan", width=16)
+        table.add_column("Plan", width=name_width)
         table.add_column(f"Components (0 to {fmt_bytes(scale)})", width=bar_width)
         table.add_column("Device", width=8)
         table.add_column("Rule", width=8)
@@ -150,10 +155,11 @@ class CompareScreen(Screen[None]):
     def _draw_components(self) -> None:
         table = self.query_one("#components-table", DataTable)
         table.clear(columns=True)
-        rows = [r for r in self.rows if r.report is not None]
-        table.add_column("", width=18)
-        for r in rows:
-            table.add_column(r.name[:14], width=14)
+        numbered = [(i, r) for i, r in enumerate(self.rows, 1) if r.report is not None]
+        rows = [r for _, r in numbered]
+        table.add_column("", width=20)
+        for i, _row in numbered:  # numbered as in the plans table above: names are long
+            table.add_column(Text(f"#{i}", justify="right"), width=14)
         if not rows:
             return
         reports = [r.report for r in rows if r.report is not None]
