@@ -215,6 +215,9 @@ async def test_models_in_the_local_cache_complete_and_resolve_off_the_ui_thread(
     app = demo_app(scan_hf_cache=True)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
+        assert "acme/tiny-lm" not in app.state.model_names()  # read when first needed
+        set_field(app, "model", "acme/t")
+        await settle(app, pilot)
         assert "acme/tiny-lm" in app.state.model_names()
         form = app.screen.query_one(PlanForm)
         assert await form.model_suggester.get_suggestion("acme/t") == "acme/tiny-lm"

@@ -97,6 +97,7 @@ class TrainmemApp(App[None]):
         self._sampler_factory = sampler_factory
         self._startup_messages = list(startup_messages)
         self._scan_hf_cache = scan_hf_cache
+        self._cache_scanned = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -126,8 +127,6 @@ class TrainmemApp(App[None]):
         gc.enable()
         self.state.sampler = self._sampler_factory(self._sampled, self.interval)
         self.state.sampler.start()
-        if self._scan_hf_cache:
-            self._scan_cache()
 
     def on_unmount(self) -> None:
         self.state.sampler.stop(timeout=1.0)
@@ -154,6 +153,14 @@ class TrainmemApp(App[None]):
                 severity="error",
                 timeout=10,
             )
+
+    def want_model_list(self) -> None:
+        """Read the local Hugging Face cache's model list once, when first needed (the model
+        field is edited or a model palette opens): huggingface_hub's cache scanner costs
+        ~20 MiB of resident memory, which a dashboard left open all day need not carry."""
+        if self._scan_hf_cache and not self._cache_scanned:
+            self._cache_scanned = True
+            self._scan_cache()
 
     @work(thread=True, exclusive=True, group="hf-cache", exit_on_error=False)
     def _scan_cache(self) -> None:

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 
 class ModelCommands(Provider):
+    async def startup(self) -> None:
+        app: TrainmemApp = self.app  # type: ignore[assignment]
+        app.want_model_list()
+
     def _models(self) -> list[tuple[str, str]]:
         """(model id, help text) for every model the form can be given by name."""
         app: TrainmemApp = self.app  # type: ignore[assignment]

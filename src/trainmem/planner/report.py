@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainmem.core import whatif
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.estimator import Estimate, estimate
 from trainmem.core.fit import FitResult, judge_fit
 from trainmem.core.plan import Plan
+
+if TYPE_CHECKING:
+    from trainmem.core.whatif import Advice
 from trainmem.core.target import DeviceTarget
 from trainmem.devices.target import parse_device_spec
 from trainmem.sources import catalog
@@ -69,7 +71,7 @@ class Report:
     estimate: Estimate
     targets: tuple[DeviceTarget, ...]
     fit: tuple[FitResult, ...]
-    advice: tuple[whatif.Advice, ...] = ()
+    advice: tuple[Advice, ...] = ()
     what_if: WhatIf | None = None
 
     @property
@@ -185,6 +187,8 @@ def build_report(
     fits = tuple(judge_fit(est.judged_bytes_on(t.kind), t.name, t.usable_bytes) for t in targets)
     if not solve or not targets:
         return Report(est, tuple(targets), fits)
+    from trainmem.core import whatif  # the searches: only when solving, not per keystroke
+
     first = targets[0]
     usable, models = first.usable_bytes, catalog.specs()
     answers = WhatIf(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from trainmem.core.architecture import ModelSpec, spec_from_config
@@ -26,7 +26,9 @@ class CatalogEntry:
 
 @cache
 def catalog() -> tuple[CatalogEntry, ...]:
-    text = resources.files("trainmem").joinpath("data/models.json").read_text(encoding="utf-8")
+    # Package data beside the sources (setuptools package-data): a plain path read, since
+    # importlib.resources costs the dashboard's start-up ~7 ms of imports for one file.
+    text = (Path(__file__).parent.parent / "data" / "models.json").read_text(encoding="utf-8")
     return tuple(
         CatalogEntry(
             name=e["name"],

@@ -124,6 +124,7 @@ class PlanScreen(Screen[None]):
         self.app.plans_changed()
 
     def action_pick_model(self) -> None:
+        self.app.want_model_list()
         self.app.push_screen(
             CommandPalette(providers=[_model_commands()], placeholder="Pick a model…")
         )
@@ -152,6 +153,11 @@ class PlanScreen(Screen[None]):
     # -- recalculation -----------------------------------------------------------------------
 
     @on(PlanForm.Edited)
+    def edited(self, message: PlanForm.Edited) -> None:
+        if message.name == "model":
+            self.app.want_model_list()  # completions from the local cache, read once
+        self.recalculate()
+
     def recalculate(self) -> None:
         """Estimate what the form holds now; on any error keep the last estimate and say why."""
         form = self.query_one(PlanForm)

@@ -6,6 +6,8 @@ export say things the same way.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -19,8 +21,10 @@ from trainmem.app.widgets.devices import AtWidth, short_device_name
 from trainmem.core.estimator import Estimate
 from trainmem.core.fit import FitResult
 from trainmem.core.units import fmt_bytes, fmt_count
-from trainmem.core.whatif import Advice
 from trainmem.planner.report import Report, WhatIf, download_size
+
+if TYPE_CHECKING:
+    from trainmem.core.whatif import Advice
 
 
 def short_model(name: str) -> str:

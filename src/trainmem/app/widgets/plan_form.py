@@ -96,7 +96,11 @@ class PlanForm(VerticalScroll, can_focus=False):
     focus, so the first key typed lands in the model field."""
 
     class Edited(Message):
-        """A field changed; ``PlanForm.read()`` gives the values."""
+        """Field ``name`` changed; ``PlanForm.read()`` gives the values."""
+
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
 
     def __init__(self, plan: Plan, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -109,6 +113,7 @@ class PlanForm(VerticalScroll, can_focus=False):
         # Each Input's text as composed, loaded or last reported: an Input reports its value
         # once when it mounts, which is not an edit (and would re-estimate once per field).
         self._texts: dict[str, str] = {}
+        self._inapplicable: set[str] = set()  # rows dimmed now
 
     def compose(self) -> ComposeResult:
         for field in FIELDS:
@@ -209,11 +214,16 @@ class PlanForm(VerticalScroll, can_focus=False):
     def mark_applicable(self, plan: Plan) -> None:
         """Dim the rows that do not apply to ``plan`` (LoRA fields on a full fine-tune):
         they stay editable, and keep their values for when the method changes back."""
+        off = {f.name for f in FIELDS if f.applies is not None and not f.applies(plan)}
+        if off == self._inapplicable:
+            return  # most edits change no method: no widget to touch
         for field in FIELDS:
-            off = field.applies is not None and not field.applies(plan)
-            self.query_one(f"#f-{field.name}").set_class(off, "-inapplicable")
+            if (field.name in off) == (field.name in self._inapplicable):
+                continue
+            self.query_one(f"#f-{field.name}").set_class(field.name in off, "-inapplicable")
             if field.kind not in ("choice", "bool"):
-                self.query_one(f"#l-{field.name}").set_class(off, "-inapplicable")
+                self.query_one(f"#l-{field.name}").set_class(field.name in off, "-inapplicable")
+        self._inapplicable = off
 
     def error(self, name: str) -> str | None:
         """The message shown under field ``name``, if any."""
@@ -229,9 +239,9 @@ class PlanForm(VerticalScroll, can_focus=False):
             return  # not a change: the value it already had (e.g. reported on mount)
         self._texts[key] = event.value
         self._edited = True
-        self.post_message(self.Edited())
+        self.post_message(self.Edited(key.removeprefix("f-")))
 
     def on_choice_changed(self, event: Choice.Changed) -> None:
         event.stop()
         self._edited = True
-        self.post_message(self.Edited())
+        self.post_message(self.Edited((event.choice.id or "").removeprefix("f-")))
