@@ -3,9 +3,7 @@ deterministic sampler through ``sampler_factory`` (see ``trainmem.app.fixture``)
 
 from __future__ import annotations
 
-import asyncio
 import gc
-import signal
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -17,12 +15,25 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
-from trainmem.app.messages import DevicesSampled, ModelsListed, PlansLoaded, PlansSaved
+from trainmem.app.messages import (
+    DevicesSampled,
+    ModelsListed,
+    PlansLoaded,
+    PlansOpened,
+    PlansProgress,
+    PlansSaved,
+)
 from trainmem.app.screens.plan import PlanScreen
 from trainmem.app.state import DashboardState
 from trainmem.planner.report import Report
 from trainmem.sources.paths import session_path
-from trainmem.sources.plan_files import PlanSet, PlansFileError, load_plans, save_plans
+from trainmem.sources.plan_files import (
+    PlanSet,
+    PlansFileError,
+    load_plans,
+    open_plans,
+    save_plans,
+)
 
 if TYPE_CHECKING:  # the sampler module loads NVML bindings: imported when sampling starts
     from trainmem.devices.sampler import HistoryPoint
@@ -74,6 +85,7 @@ class TrainmemApp(App[None]):
     report_version = var(0)
     plans_version = var(0)
     model_list_version = var(0)
+    loading_text = var("")  # progress of a plans file read in the background
 
     def __init__(
         self,
@@ -86,6 +98,7 @@ class TrainmemApp(App[None]):
         broken_paths: Iterable[Path] = (),
         scan_hf_cache: bool = True,
         cursor_blink: bool = False,
+        load_in_background: Path | None = None,
     ) -> None:
         super().__init__()
         # Off by default: a blinking cursor repaints twice a second, which over SSH for a
@@ -98,6 +111,10 @@ class TrainmemApp(App[None]):
         self._startup_messages = list(startup_messages)
         self._scan_hf_cache = scan_hf_cache
         self._cache_scanned = False
+        # A large plans file (the session, or --compare) read after the first frame; plans
+        # given by flags stay after the ones it holds.
+        self._background = load_in_background
+        self._keep_open = plan_set is not None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -115,18 +132,17 @@ class TrainmemApp(App[None]):
             self.notify(text, severity=severity, timeout=8)  # type: ignore[arg-type]
         # The first frame comes first; sampling and the cache scan start right after it.
         self.call_after_refresh(self._start_background)
-        try:  # a hung-up terminal: exit through the normal path so the session is saved
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGHUP, signal.SIGTERM):
-                loop.add_signal_handler(sig, self.exit)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass  # not the main thread (tests) or no signals (Windows)
+        # SIGHUP and SIGTERM (a lost terminal) are handled by trainmem.cli.exit_guard, which
+        # works before the loop exists and when the loop itself is stuck.
 
     def _start_background(self) -> None:
         gc.freeze()  # see trainmem.cli.dashboard_cmd.run
         gc.enable()
         self.state.sampler = self._sampler_factory(self._sampled, self.interval)
         self.state.sampler.start()
+        if self._background is not None:
+            self.notify(f"Reading the plans in {self._background}…", timeout=4)
+            self._open_large(self._background, self.state.plans_path != self._background)
 
     def on_unmount(self) -> None:
         self.state.sampler.stop(timeout=1.0)
@@ -215,6 +231,31 @@ class TrainmemApp(App[None]):
             self.call_from_thread(self.notify, str(exc), severity="error", timeout=8)
             return
         self.post_message(PlansSaved(str(path), len(plan_set.plans)))
+
+    @work(thread=True, exclusive=True, group="plans-file", exit_on_error=False)
+    def _open_large(self, path: Path, session: bool) -> None:
+        def progress(done: int, total: int) -> None:
+            self.post_message(PlansProgress(done, total))
+
+        self.post_message(PlansOpened(path, open_plans(path, session=session, progress=progress)))
+
+    def on_plans_progress(self, message: PlansProgress) -> None:
+        self.loading_text = f"reading plans {100 * message.done // message.total}%"
+
+    def on_plans_opened(self, message: PlansOpened) -> None:
+        opened = message.opened
+        self.loading_text = ""
+        for severity, text in opened.messages:
+            self.notify(text, severity=severity, timeout=10)  # type: ignore[arg-type]
+        self.state.broken_paths.update(p.resolve() for p in opened.broken)
+        if opened.plan_set is not None:
+            ws = self.state.workspace
+            kept = tuple(ws.plans) if self._keep_open else ()
+            plans = opened.plan_set.plans + kept
+            selected = len(opened.plan_set.plans) if kept else opened.plan_set.selected
+            ws.replace_all(PlanSet(plans, selected))
+            self.plans_changed()
+            self.notify(f"Opened {len(opened.plan_set.plans):,} plans from {message.path}")
 
     def on_plans_saved(self, message: PlansSaved) -> None:
         self.state.plans_path = Path(message.path)
@@ -310,6 +351,7 @@ def make_app(
     broken_paths: Iterable[Path] = (),
     scan_hf_cache: bool = True,
     cursor_blink: bool = False,
+    load_in_background: Path | None = None,
 ) -> TrainmemApp:
     """The dashboard. Without ``sampler_factory`` it samples this machine's real devices."""
     return TrainmemApp(
@@ -321,4 +363,5 @@ def make_app(
         broken_paths=broken_paths,
         scan_hf_cache=scan_hf_cache,
         cursor_blink=cursor_blink,
+        load_in_background=load_in_background,
     )

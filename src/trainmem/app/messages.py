@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from trainmem.core.architecture import ModelSpec
     from trainmem.core.errors import PlanError
     from trainmem.core.plan import Plan
     from trainmem.devices.snapshot import Snapshot  # imported by the sampler, after start-up
     from trainmem.planner.report import Report
-    from trainmem.sources.plan_files import PlanSet
+    from trainmem.sources.plan_files import Opened, PlanSet
 
 
 class DevicesSampled(Message):
@@ -57,6 +59,22 @@ class PlansSaved(Message):
         super().__init__()
         self.path = path
         self.count = count
+
+
+class PlansProgress(Message):
+    def __init__(self, done: int, total: int) -> None:
+        super().__init__()
+        self.done = done
+        self.total = total
+
+
+class PlansOpened(Message):
+    """A large plans file read at start-up by a worker (sources.plan_files.open_plans)."""
+
+    def __init__(self, path: Path, opened: Opened) -> None:
+        super().__init__()
+        self.path = path
+        self.opened = opened
 
 
 class PlansLoaded(Message):

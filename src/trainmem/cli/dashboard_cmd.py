@@ -13,11 +13,12 @@ import math
 import sys
 from pathlib import Path
 
+from trainmem.cli.exit_guard import ExitGuard
 from trainmem.cli.parser import Parser
 from trainmem.cli.plan_args import add_plan_arguments, plan_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
 from trainmem.sources.paths import session_path
-from trainmem.sources.plan_files import NamedPlan, PlanSet, PlansFileError, load_plans
+from trainmem.sources.plan_files import NamedPlan, PlanSet, is_large, open_plans
 
 PROG = "trainmem-tui"
 
@@ -79,19 +80,16 @@ def startup(argv: list[str]) -> Startup:
             resolve_for_args(ns, cli_plan)
         except (PlanError, ValueError) as exc:
             parser.error(str(exc))
-    messages: list[tuple[str, str]] = []
-    broken: list[Path] = []
-    plan_set: PlanSet | None = None
     source = ns.compare if ns.compare is not None else session_path()
-    try:
-        plan_set = load_plans(source)
-    except PlansFileError as exc:
-        missing = not source.exists()
-        if ns.compare is not None and missing:
-            messages.append(("information", f"{source} does not exist yet; Save creates it"))
-        elif not missing:
-            broken.append(source)
-            messages.append(("error", f"{exc}. The file is left untouched."))
+    ns.load_in_background = None
+    plan_set: PlanSet | None = None
+    if is_large(source):  # read by the app in a worker, with progress: no wait for a frame
+        ns.load_in_background = source
+        messages: list[tuple[str, str]] = []
+        broken: list[Path] = []
+    else:
+        opened = open_plans(source, session=ns.compare is None)
+        plan_set, messages, broken = opened.plan_set, list(opened.messages), list(opened.broken)
     if cli_plan is not None:  # open on the plan the flags describe, after the restored ones
         if plan_set is None:
             plan_set = PlanSet((NamedPlan("", cli_plan, auto=True),))
@@ -105,11 +103,20 @@ def startup(argv: list[str]) -> Startup:
 
 
 def run(argv: list[str]) -> int:
+    # SIGHUP / SIGTERM end the dashboard within two seconds from here on (see exit_guard).
+    guard = ExitGuard()
+    guard.start()
     # Start-up allocates many long-lived objects (Textual, the widget tree): collecting
     # garbage among them only costs time. The app re-enables collection after its first
     # frame and freezes what exists then, which also makes later collections cheaper.
     gc.disable()
     ns, plan_set, messages, broken = startup(argv)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        sys.stderr.write(
+            f"{PROG}: error: the dashboard needs a terminal (stdin and stdout are not one); "
+            "for scripts use `trainmem-tui plan` or `trainmem-tui devices`\n"
+        )
+        return 2
     from trainmem.app import make_app
 
     app = make_app(
@@ -118,9 +125,17 @@ def run(argv: list[str]) -> int:
         interval=ns.interval,
         startup_messages=messages,
         broken_paths=broken,
+        load_in_background=ns.load_in_background,
     )
+
+    def save() -> None:
+        error = app.save_session()
+        if error:
+            sys.stderr.write(f"{PROG}: could not keep the open plans: {error}\n")
+
+    guard.save = save
+    guard.request_exit = lambda: app.call_from_thread(app.exit)
     app.run()
-    error = app.save_session()
-    if error:
-        sys.stderr.write(f"{PROG}: could not keep the open plans: {error}\n")
+    guard.save_once()
+    guard.finished()
     return app.return_code or 0

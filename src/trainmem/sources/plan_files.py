@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,9 @@ class PlanSet:
 
     plans: tuple[NamedPlan, ...]
     selected: int = 0
+    # Plans of the file that could not be used, one line each ("plan 3 (x): batch: ..."):
+    # the valid ones are open, and the file must not be written over (it would lose these).
+    problems: tuple[str, ...] = ()
 
 
 def to_toml(plan_set: PlanSet) -> str:
@@ -72,8 +77,12 @@ def to_toml(plan_set: PlanSet) -> str:
     return tomli_w.dumps(doc)
 
 
-def from_toml(text: str, path: Path) -> PlanSet:
-    """Parse a plans document; every problem becomes a PlansFileError naming the plan."""
+Progress = Callable[[int, int], None]  # (plans checked, plans in the file)
+
+
+def from_toml(text: str, path: Path, progress: Progress | None = None) -> PlanSet:
+    """Parse a plans document. A document that cannot be used at all raises PlansFileError;
+    a plan that is invalid is left out and named in ``problems`` (the others open)."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -90,35 +99,121 @@ def from_toml(text: str, path: Path) -> PlanSet:
     raw = doc.get("plans")
     if not isinstance(raw, list) or not raw:
         raise PlansFileError(path, "holds no [[plans]] tables")
-    plans = []
+    plans: list[NamedPlan] = []
+    problems: list[str] = []
     for i, entry in enumerate(raw, 1):
-        if not isinstance(entry, dict):
-            raise PlansFileError(path, f"plan {i} is not a table")
-        data = dict(entry)
-        name = data.pop("name", None)
-        if name is not None and not isinstance(name, str):
-            raise PlansFileError(path, f"plan {i}: name {name!r} is not text")
+        if progress is not None and i % PROGRESS_EVERY == 0:
+            progress(i, len(raw))
         try:
-            plan = Plan.from_dict(data)
+            plans.append(_named_plan(i, entry))
         except PlanError as exc:
-            label = f"plan {i} ({name})" if name else f"plan {i}"
-            raise PlansFileError(path, f"{label}: {exc}") from None
-        auto = not name or _legacy_default_name(name, plan)
-        plans.append(NamedPlan(name if name and not auto else "", plan, auto=auto))
+            problems.append(exc.message)
+    if not plans:
+        raise PlansFileError(path, problems[0] if len(problems) == 1 else _summary(problems))
     selected = doc.get("selected", 0)
-    if not isinstance(selected, int) or not 0 <= selected < len(plans):
+    if isinstance(selected, bool) or not isinstance(selected, int):
         selected = 0
-    return PlanSet(tuple(plans), selected)
+    return PlanSet(tuple(plans), min(max(selected, 0), len(plans) - 1), tuple(problems))
 
 
-def load_plans(path: Path) -> PlanSet:
+PROGRESS_EVERY = 1000
+
+
+def _named_plan(i: int, entry: object) -> NamedPlan:
+    """Plan ``i`` of a file; PlanError("plan", "plan i (name): field: why") if unusable."""
+    if not isinstance(entry, dict):
+        raise PlanError("plan", f"plan {i} is not a table")
+    data = dict(entry)
+    name = data.pop("name", None)
+    if name is not None and not isinstance(name, str):
+        raise PlanError("plan", f"plan {i}: name {name!r} is not text")
+    try:
+        plan = Plan.from_dict(data)
+    except PlanError as exc:
+        label = f"plan {i} ({name})" if name else f"plan {i}"
+        raise PlanError("plan", f"{label}: {exc}") from None
+    auto = not name or _legacy_default_name(name, plan)
+    return NamedPlan(name if name and not auto else "", plan, auto=auto)
+
+
+def _summary(problems: list[str]) -> str:
+    more = f" (and {len(problems) - 1:,} more)" if len(problems) > 1 else ""
+    return f"no usable plan: {problems[0]}{more}"
+
+
+def problems_text(plan_set: PlanSet, limit: int = 3) -> str:
+    """The invalid plans of a file, in one line (the first few, then a count)."""
+    shown = "; ".join(plan_set.problems[:limit])
+    rest = len(plan_set.problems) - limit
+    return shown + (f"; and {rest:,} more" if rest > 0 else "")
+
+
+def load_plans(path: Path, progress: Progress | None = None) -> PlanSet:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PlansFileError(path, "no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PlansFileError(path, f"cannot read: {exc}") from None
-    return from_toml(text, path)
+    return from_toml(text, path, progress)
+
+
+LARGE_FILE = 512 * 1024  # bytes (~1,600 plans): the dashboard reads larger files in a worker
+
+
+def is_large(path: Path) -> bool:
+    try:
+        return path.stat().st_size > LARGE_FILE
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A plans file opened for the dashboard: its usable plans (None: none), what to tell the
+    user, and the files that must never be written over (they hold plans that did not load)."""
+
+    plan_set: PlanSet | None
+    messages: tuple[tuple[str, str], ...] = ()  # (severity, text)
+    broken: tuple[Path, ...] = ()
+
+
+def open_plans(path: Path, *, session: bool, progress: Progress | None = None) -> Opened:
+    """Open ``path`` as the dashboard does. A broken or partly invalid session file is moved
+    aside (kept, never lost) and the valid plans open; a broken ``--compare`` file stays where
+    it is and is never written over."""
+    try:
+        plan_set = load_plans(path, progress)
+    except PlansFileError as exc:
+        if not path.exists():
+            if session:
+                return Opened(None)
+            return Opened(None, (("information", f"{path} does not exist yet; Save creates it"),))
+        if session:
+            return Opened(None, (("error", f"{exc}. {_keep_aside(path)}"),))
+        return Opened(None, (("error", f"{exc}. The file is left untouched."),), (path,))
+    if not plan_set.problems:
+        return Opened(plan_set)
+    kept = len(plan_set.plans)
+    told = (
+        f"{path}: opened the {kept:,} valid plans of {kept + len(plan_set.problems):,}; "
+        f"{problems_text(plan_set)}."
+    )
+    if session:
+        return Opened(plan_set, (("error", f"{told} {_keep_aside(path)}"),))
+    # Never written over: saving it would drop the plans that did not load.
+    note = "The file is left untouched: Save writes it only under another name."
+    return Opened(plan_set, (("error", f"{told} {note}"),), (path,))
+
+
+def _keep_aside(path: Path) -> str:
+    """Move a broken session file out of the way, so the next save cannot lose it."""
+    aside = path.with_name(f"{path.stem}.broken-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
+    try:
+        path.rename(aside)
+    except OSError as exc:
+        return f"It could not be kept aside ({exc.strerror or exc}); it is left untouched."
+    return f"The file was kept as {aside}; the next session starts from what was valid."
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 
 FIXED_COLUMNS = 50  # every column but the bar and the name: widths, padding, border, scrollbar
 NAME_WIDTH = 16  # the name column at its narrowest
+# Plans estimated and drawn at a time: thousands of plans stay responsive (an estimate is
+# ~0.1 ms, a table row more), and no one reads more than a page side by side.
+PAGE = 100
+SIDE_BY_SIDE = 12  # plans in the components table: wider is unreadable
 
 
 class CompareScreen(Screen[None]):
@@ -43,13 +47,16 @@ class CompareScreen(Screen[None]):
         Binding("delete,x", "delete", "Delete", tooltip="Delete the highlighted plan"),
         Binding("m", "export('md')", "Markdown", tooltip="Export the comparison as Markdown"),
         Binding("j", "export('json')", "JSON", tooltip="Export the comparison as JSON"),
+        Binding("[", "page(-1)", "Prev page", tooltip=f"The previous {PAGE} plans"),
+        Binding("]", "page(1)", "Next page", tooltip=f"The next {PAGE} plans"),
     ]
 
     app: TrainmemApp
 
     def __init__(self) -> None:
         super().__init__()
-        self.rows: list[Row] = []
+        self.rows: list[Row] = []  # the page on screen
+        self.page_start = 0  # workspace index of the first row
 
     def compose(self) -> ComposeResult:
         yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
@@ -73,7 +80,9 @@ class CompareScreen(Screen[None]):
     def refresh_rows(self) -> None:
         """Re-estimate every plan (about 1 ms each) and redraw both tables."""
         rows, pending = [], []
-        for named in self.app.state.workspace.plans:
+        plans = self.app.state.workspace.plans
+        self.page_start = min(self.page_start, max(0, len(plans) - 1) // PAGE * PAGE)
+        for named in plans[self.page_start : self.page_start + PAGE]:
             try:
                 spec = self.app.state.specs.get(named.plan.model, known_errors=True)
             except PlanError as exc:
@@ -115,14 +124,15 @@ class CompareScreen(Screen[None]):
         ok = [r.report for r in self.rows if r.report is not None]
         scale = max((r.estimate.device_bytes for r in ok), default=1)
         table.clear(columns=True)
-        table.add_column("#", width=2)
+        count = len(self.app.state.workspace.plans)
+        table.add_column("#", width=max(2, len(str(count))))
         table.add_column("Plan", width=name_width)
         table.add_column(f"Components (0 to {fmt_bytes(scale)})", width=bar_width)
         table.add_column("Device", width=8)
         table.add_column("Rule", width=8)
         table.add_column("Verdict", width=16)
         selected = self.app.state.workspace.selected
-        for i, row in enumerate(self.rows):
+        for i, row in enumerate(self.rows, self.page_start):
             mark = "▶" if i == selected else str(i + 1)
             if row.report is None:
                 table.add_row(mark, row.name, Text(row.error or "", style="italic"), "", "", "")
@@ -146,8 +156,12 @@ class CompareScreen(Screen[None]):
             table.move_cursor(row=min(max(cursor, 0), len(self.rows) - 1))
         first = ok[0] if ok else None
         device = short_device_name(first.fit[0].device) if first and first.fit else "no device"
+        paging = ""
+        if count > PAGE:
+            last = self.page_start + len(self.rows)
+            paging = f"Plans {self.page_start + 1:,}-{last:,} of {count:,} ([ and ] page). "
         self.query_one("#compare-scale", Static).update(
-            f"Bars share one scale. Verdicts on {device}. "
+            f"{paging}Bars share one scale. Verdicts on {device}. "
             "Rule: the guide's rule of thumb. ▶ marks the plan the form edits."
         )
         self._draw_components()
@@ -155,7 +169,9 @@ class CompareScreen(Screen[None]):
     def _draw_components(self) -> None:
         table = self.query_one("#components-table", DataTable)
         table.clear(columns=True)
-        numbered = [(i, r) for i, r in enumerate(self.rows, 1) if r.report is not None]
+        numbered = [
+            (i, r) for i, r in enumerate(self.rows, self.page_start + 1) if r.report is not None
+        ][:SIDE_BY_SIDE]
         rows = [r for _, r in numbered]
         table.add_column("", width=20)
         for i, _row in numbered:  # numbered as in the plans table above: names are long
@@ -200,7 +216,8 @@ class CompareScreen(Screen[None]):
 
     def _index(self) -> int:
         table = self.query_one("#compare-table", DataTable)
-        return min(max(table.cursor_row, 0), len(self.app.state.workspace.plans) - 1)
+        index = self.page_start + max(table.cursor_row, 0)
+        return min(index, len(self.app.state.workspace.plans) - 1)
 
     def action_edit(self) -> None:
         self.app.state.workspace.select(self._index())
@@ -222,7 +239,24 @@ class CompareScreen(Screen[None]):
         self._focus_row(self.app.state.workspace.selected)
 
     def _focus_row(self, index: int) -> None:
-        self.query_one("#compare-table", DataTable).move_cursor(row=index)
+        start = index // PAGE * PAGE
+        if start != self.page_start:
+            self.page_start = start
+            self.refresh_rows()
+        self.query_one("#compare-table", DataTable).move_cursor(row=index - start)
+
+    def action_page(self, step: int) -> None:
+        count = len(self.app.state.workspace.plans)
+        start = min(max(0, self.page_start + step * PAGE), max(0, count - 1) // PAGE * PAGE)
+        if start != self.page_start:
+            self.page_start = start
+            self.refresh_rows()
+            self.query_one("#compare-table", DataTable).move_cursor(row=0)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "page":  # only when there is more than one page
+            return len(self.app.state.workspace.plans) > PAGE
+        return True
 
     def action_rename(self) -> None:
         index = self._index()

@@ -86,6 +86,7 @@ class PlanScreen(Screen[None]):
         )
         self.watch(self.app, "plans_version", self._on_plans_changed)
         self.watch(self.app, "model_list_version", self._on_model_list)
+        self.watch(self.app, "loading_text", self._on_loading)
 
     @property
     def report(self) -> Report | None:
@@ -101,10 +102,13 @@ class PlanScreen(Screen[None]):
         ws = self.app.state.workspace
         form = self.query_one(PlanForm)
         form.load(ws.current.plan)
-        form.border_title = f"Plan {ws.selected + 1}/{len(ws.plans)}"
+        form.border_title = f"Plan {ws.selected + 1:,}/{len(ws.plans):,}"
         form.border_subtitle = ws.current.name
         self.sub_title = ws.current.name
         self.recalculate()
+
+    def _on_loading(self, text: str) -> None:
+        self.query_one(PlanForm).border_subtitle = text or self.app.state.workspace.current.name
 
     def _load_device_names(self) -> None:
         self.query_one(PlanForm).device_suggester.words = self.app.state.device_names()

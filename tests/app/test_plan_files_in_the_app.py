@@ -1,0 +1,74 @@
+"""Plans files as the dashboard opens them: partly invalid files, a broken session, a file of
+thousands of plans read in the background, and a comparison that stays usable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from app_helpers import settle
+from textual.widgets import DataTable
+
+from trainmem.app import TrainmemApp
+from trainmem.app.screens.compare import PAGE, CompareScreen
+from trainmem.cli.dashboard_cmd import startup
+from trainmem.core.plan import Plan
+from trainmem.sources.paths import session_path
+from trainmem.sources.plan_files import NamedPlan, PlanSet, is_large, load_plans, save_plans
+
+GOOD = "[[plans]]\nname = 'good'\nmodel = '7B'\n"
+BAD = "[[plans]]\nname = 'bad'\nmodel = 5\n"
+
+
+def test_a_partly_invalid_file_opens_its_valid_plans_and_is_never_overwritten(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "cmp.toml"
+    path.write_text(GOOD + BAD)
+    _ns, plan_set, messages, broken = startup(["--compare", str(path)])
+    assert plan_set is not None and [p.name for p in plan_set.plans] == ["good"]
+    assert broken == [path]
+    assert "opened the 1 valid plans of 2" in messages[0][1]
+    assert "plan 2 (bad): model: 5 is not text" in messages[0][1]
+    assert path.read_text() == GOOD + BAD
+
+
+def test_a_broken_session_is_kept_aside_and_the_valid_plans_open() -> None:
+    path = session_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(GOOD + BAD)
+    _ns, plan_set, messages, broken = startup([])
+    assert plan_set is not None and len(plan_set.plans) == 1 and broken == []
+    aside = list(path.parent.glob("session.broken-*.toml"))
+    assert len(aside) == 1 and aside[0].read_text() == GOOD + BAD
+    assert not path.exists() and str(aside[0]) in messages[0][1]
+    path.write_text("not = [toml")  # unreadable: kept aside too, the defaults open
+    _ns, plan_set, messages, broken = startup([])
+    assert plan_set is None and broken == [] and "kept as" in messages[0][1]
+
+
+async def test_thousands_of_plans_open_in_the_background_and_compare_pages(
+    demo_app: Callable[..., TrainmemApp], tmp_path: Path
+) -> None:
+    path = tmp_path / "many.toml"
+    plans = tuple(NamedPlan("", Plan(seq_len=256 + i), auto=True) for i in range(2500))
+    save_plans(path, PlanSet(plans))
+    assert is_large(path)
+    ns, plan_set, _messages, _broken = startup(["--compare", str(path)])
+    assert plan_set is None and ns.load_in_background == path  # not read before the UI
+    app = demo_app(plans_path=path, load_in_background=path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await settle(app, pilot)
+        assert len(app.state.workspace.plans) == 2500
+        await pilot.press("f3")
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        table = screen.query_one("#compare-table", DataTable)
+        assert table.row_count == PAGE  # one page drawn, not 2,500 rows
+        await pilot.press("]")
+        await settle(app, pilot)
+        assert screen.page_start == PAGE and screen.rows[0].report is not None
+        assert screen.rows[0].report.estimate.plan.seq_len == 256 + PAGE
+    assert load_plans(path).plans == plans
