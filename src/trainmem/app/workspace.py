@@ -48,6 +48,8 @@ class Workspace:
         self._rename_auto()
 
     def update_current(self, plan: Plan) -> None:
+        if plan == self.current.plan:
+            return  # re-estimated, not changed (a device sample, a resize)
         self.plans[self.selected] = replace(self.current, plan=plan)
         self._rename_auto()
 
