@@ -72,3 +72,20 @@ async def test_thousands_of_plans_open_in_the_background_and_compare_pages(
         assert screen.page_start == PAGE and screen.rows[0].report is not None
         assert screen.rows[0].report.estimate.plan.seq_len == 256 + PAGE
     assert load_plans(path).plans == plans
+
+
+async def test_save_never_writes_over_a_partly_invalid_file(
+    demo_app: Callable[..., TrainmemApp], tmp_path: Path
+) -> None:
+    """Opened with its valid plans; Ctrl+S to the same file is refused, the file kept."""
+    path = tmp_path / "cmp.toml"
+    path.write_text(GOOD + BAD)
+    _ns, plan_set, messages, broken = startup(["--compare", str(path)])
+    app = demo_app(plan_set=plan_set, plans_path=path, broken_paths=broken)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        app._save_to(str(path))  # what the Save prompt calls with the path accepted
+        await settle(app, pilot)
+        said = [n.message for n in app._notifications]
+    assert any("not overwritten" in m for m in said)
+    assert path.read_text() == GOOD + BAD

@@ -106,4 +106,4 @@ def to_json(rows: Sequence[Row]) -> str:
             for r in rows
         ],
     }
-    return json.dumps(doc, indent=2) + "\n"
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
