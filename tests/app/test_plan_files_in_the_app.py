@@ -80,7 +80,7 @@ async def test_save_never_writes_over_a_partly_invalid_file(
     """Opened with its valid plans; Ctrl+S to the same file is refused, the file kept."""
     path = tmp_path / "cmp.toml"
     path.write_text(GOOD + BAD)
-    _ns, plan_set, messages, broken = startup(["--compare", str(path)])
+    _ns, plan_set, _messages, broken = startup(["--compare", str(path)])
     app = demo_app(plan_set=plan_set, plans_path=path, broken_paths=broken)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
