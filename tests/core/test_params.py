@@ -92,3 +92,86 @@ def test_moe_lora_adapter_counts(hf_id, targets, expected):
     spec = catalog.find(hf_id).spec()
     plan = Plan(model=hf_id, lora_rank=16, lora_targets=targets).validated()
     assert sum(m.numel for m in trainable_matrices(spec, plan)) == expected
+
+
+# -- bad config values and the assumed shapes of small counts --------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from trainmem.core.architecture import LIMITS, MAX_COUNT, MAX_PARAMS, MIN_COUNT  # noqa: E402
+from trainmem.core.errors import PlanError  # noqa: E402
+from trainmem.core.estimator import estimate  # noqa: E402
+from trainmem.core.plan import METHODS  # noqa: E402
+
+TINY = {
+    "model_type": "llama",
+    "hidden_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "intermediate_size": 1024,
+    "vocab_size": 1000,
+}
+
+
+def test_limits_are_far_above_every_catalogue_model():
+    for entry in ENTRIES:
+        cfg = entry.config.get("text_config") or entry.config
+        for key, (_, hi) in LIMITS.items():
+            value = cfg.get(key)
+            assert value is None or value * 50 <= hi, (entry.name, key)
+        assert entry.transformers_params * 1000 <= MAX_PARAMS
+
+
+@pytest.mark.parametrize(
+    ("changed", "message"),
+    [
+        ({"hidden_size": True}, "'hidden_size' must be a positive integer up to 1,048,576"),
+        ({"hidden_size": "512"}, "(got '512')"),
+        ({"hidden_size": 512.5}, "(got 512.5)"),
+        ({"hidden_size": float("nan")}, "(got nan)"),
+        ({"vocab_size": 10**400}, "(got a 1329-bit integer)"),
+        ({"head_dim": 0}, "'head_dim' must be a positive integer"),
+        ({"num_attention_heads": 1024}, "each head would be 0 wide"),
+        ({"num_experts": 4, "num_experts_per_tok": 5}, "exceeds the number of experts (4)"),
+        ({"num_experts": 4}, "lacks 'num_experts_per_tok'"),
+        ({"num_experts": -1}, "'num_experts' must be an integer from 0 up to 65,536"),
+        ({"tie_word_embeddings": "false"}, "'tie_word_embeddings' must be true or false"),
+        ({"final_logit_softcapping": [30]}, "must be a number or null"),
+        ({"model_type": {"a": 1}}, "'model_type' must be a string"),
+        ({"text_config": "gemma"}, "'text_config' must be an object"),
+        ({"hidden_size": 2**20, "num_hidden_layers": 100}, "over the 100T this planner accepts"),
+    ],
+)
+def test_config_values_are_checked(changed, message):
+    with pytest.raises(PlanError) as err:
+        spec_from_config({**TINY, **changed}, "bad")
+    assert err.value.field == "model" and message in err.value.message
+    assert "\n" not in str(err.value)
+
+
+def test_integral_floats_and_nulls_are_accepted():
+    spec = spec_from_config({**TINY, "hidden_size": 512.0, "head_dim": None}, "ok")
+    assert spec.hidden == 512 and isinstance(spec.hidden, int) and spec.head_dim == 64
+
+
+@pytest.mark.parametrize("count", [MIN_COUNT - 1, MAX_COUNT + 1])
+def test_counts_outside_the_range_are_refused(count):
+    with pytest.raises(PlanError, match=r"outside 1M\.\.5T"):
+        spec_from_count(count, "x")
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.integers(MIN_COUNT, MAX_COUNT) | st.integers(MIN_COUNT, 200_000_000))
+def test_assumed_shapes_fit_any_count(count):
+    """Small counts (--model 2M) get a scaled-down shape: every part positive, the parts
+    adding up to the count, and no negative component under any method."""
+    spec = spec_from_count(count, "x")
+    assert spec.params == count and spec.intermediate >= 1 and spec.vocab >= 256
+    assert abs(spec.architecture_params - count) <= 0.002 * count
+    assert spec.layers * spec.layer_weight_elements < count  # QLoRA's unquantized rest >= 0
+    for method in METHODS:
+        est = estimate(Plan(model="x", method=method).validated(), spec)
+        assert all(c.bytes >= 0 for c in est.components), (method, est.components)
+        assert all(total >= 0 for total in est.phases.values())

@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from trainmem.cli.main import main
+from trainmem.core.architecture import spec_from_config
 from trainmem.core.errors import PlanError
 from trainmem.sources.hub import DownloadError, download
 from trainmem.sources.paths import downloaded_model_dir
@@ -29,6 +30,9 @@ CONFIG = {
     "vocab_size": 100,
     "tie_word_embeddings": True,
 }
+# The headers count what the config describes (headers of another size are not trusted).
+PARAMS = spec_from_config(CONFIG, "tiny").params
+PARAMS_4 = spec_from_config({**CONFIG, "num_hidden_layers": 4}, "tiny").params
 WEIGHT_BYTES = 300_000  # well past the 100 kB huggingface_hub fetches with a shard's header
 
 
@@ -50,12 +54,12 @@ REPOS = {
             "model.safetensors.index.json": as_json(
                 {"weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors"}}
             ),
-            "model-1.safetensors": shard({"a": [10, 10]}),
+            "model-1.safetensors": shard({"a": [PARAMS - 7]}),
             "model-2.safetensors": shard({"b": [7]}),
         },
         "abc123": {  # an older revision: one unsharded file, four layers
             "config.json": as_json({**CONFIG, "num_hidden_layers": 4}),
-            "model.safetensors": shard({"a": [10, 10], "b": [3]}),
+            "model.safetensors": shard({"a": [PARAMS_4 - 3], "b": [3]}),
         },
     },
     "acme/bare": {"main": {"config.json": as_json(CONFIG)}},  # no safetensors at all
@@ -178,7 +182,8 @@ def test_download_fetches_config_and_headers_only(hub, capsys):
     assert "--download" in capsys.readouterr().err
     assert main(["plan", "--model", "acme/tiny", "--device", "1GB", "--json", "--download"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["model"]["params"] == 107 and out["model"]["source"] == "downloaded"
+    assert out["model"]["params"] == PARAMS and out["model"]["source"] == "downloaded"
+    assert any("exact count" in n for n in out["notes"])
     for name in ("model-1.safetensors", "model-2.safetensors"):
         fetched = sum(n for _, _, file, n in hub.served if file == name)
         assert 0 < fetched <= 100_001 < WEIGHT_BYTES  # the header's range, never the weights
@@ -199,7 +204,7 @@ def test_revision_in_the_model_text_and_as_argument(hub, capsys):
     args = ["plan", "--model", "acme/tiny@abc123", "--device", "1GB", "--json", "--download"]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["model"]["params"] == 103 and out["model"]["source"] == "downloaded"
+    assert out["model"]["params"] == PARAMS_4 and out["model"]["source"] == "downloaded"
     assert {rev for _, rev, _, _ in hub.served} == {"abc123"}
     assert download("acme/tiny", revision="abc123") == downloaded_model_dir("acme/tiny", "abc123")
     assert resolve_model("acme/tiny@abc123").layers == 4

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,17 @@ def test_every_field_round_trips_through_toml(tmp_path: Path) -> None:
     back = from_toml(to_toml(named), tmp_path / "p.toml")
     assert back == named
     assert "name" not in to_toml(PlanSet((NamedPlan("", Plan(), auto=True),)))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_a_plans_path_that_is_not_a_file_is_refused_at_once(tmp_path: Path, kind: str) -> None:
+    """Checked before it is opened: a FIFO with no writer never hangs the start-up."""
+    path = tmp_path / "plans.toml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path = Path("/dev/zero")
+    with pytest.raises(PlansFileError, match="not a regular file"):
+        load_plans(path)

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from trainmem.core.architecture import spec_from_config
 from trainmem.core.errors import PlanError
 from trainmem.sources.hf import hub_cache_dir, split_revision
 from trainmem.sources.paths import downloaded_model_dir
@@ -62,10 +63,12 @@ def test_config_file_and_folder(tmp_path):
 
 def test_safetensors_headers_give_exact_count_and_dtype(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
-    write_safetensors(tmp_path / "model-1.safetensors", {"a": ("F16", [10, 10])})
+    config_count = spec_from_config(CONFIG, "x").params
+    write_safetensors(tmp_path / "model-1.safetensors", {"a": ("F16", [config_count, 1])})
     write_safetensors(tmp_path / "model-2.safetensors", {"b": ("F16", [5]), "c": ("F16", [3, 2])})
     spec = resolve_model(str(tmp_path))
-    assert spec.params == 111 and spec.dtype == "fp16" and spec.source == "safetensors"
+    assert spec.params == config_count + 11 and spec.dtype == "fp16"
+    assert spec.source == "safetensors"
 
 
 def test_corrupt_safetensors_is_noted_not_fatal(tmp_path):
@@ -157,9 +160,10 @@ def test_downloaded_stub_per_revision(tmp_path):
     folder = downloaded_model_dir("acme/tiny", "abc123")
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(CONFIG))
-    write_safetensors(folder / "model.safetensors", {"a": ("BF16", [10, 10])})
+    counted = spec_from_config(CONFIG, "tiny").params + 5  # headers: the config's count + 5
+    write_safetensors(folder / "model.safetensors", {"a": ("BF16", [counted])})
     spec = resolve_model("acme/tiny@abc123")
-    assert spec.source == "downloaded" and spec.params == 100
+    assert spec.source == "downloaded" and spec.params == counted
     with pytest.raises(PlanError):
         resolve_model("acme/tiny")  # main was never downloaded
 
@@ -190,7 +194,7 @@ def test_resolving_counts_and_catalogue_ids_imports_no_huggingface_hub():
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{not json", "cannot read"),
+        ("{not json", "not valid JSON"),
         ("[1, 2]", "JSON object"),
         (json.dumps({**CONFIG, "hidden_size": None}), "hidden_size"),
         (json.dumps({**CONFIG, "num_hidden_layers": -3}), "positive integer"),

@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from trainmem.core.errors import PlanError
+from trainmem.core.units import fmt_count
 
 # model_type -> per-architecture facts transformers hard-codes rather than reads from config.
 _NORMS_PER_LAYER = {"gemma2": 4, "gemma3_text": 4, "gemma3": 4}
@@ -214,58 +215,154 @@ class ModelSpec:
         return self.params - self.layers * unused * per_expert
 
 
-def _get(cfg: dict[str, Any], key: str, default: Any = None, required: bool = False) -> Any:
-    value = cfg.get(key, default)
-    if value is None and required:
+# What spec_from_config accepts: (smallest, largest) per config.json field. The largest are
+# far above every real model (the catalogue's largest: hidden 8,192, 80 layers, vocab 262,208,
+# 64 heads, 128 experts) and exist to refuse nonsense such as a vocab of 1e30, not to judge
+# taste. A model over MAX_PARAMS in all is refused too.
+LIMITS = {
+    "hidden_size": (1, 2**20),  # 1,048,576
+    "num_hidden_layers": (1, 10_000),
+    "num_attention_heads": (1, 65_536),
+    "num_key_value_heads": (1, 65_536),
+    "head_dim": (1, 65_536),
+    "intermediate_size": (1, 2**24),  # 16,777,216
+    "vocab_size": (1, 2**24),
+    "num_local_experts": (0, 65_536),  # 0: a dense model
+    "num_experts": (0, 65_536),
+    "num_experts_per_tok": (1, 65_536),  # and at most the number of experts
+    "moe_intermediate_size": (1, 2**24),
+    "shared_expert_intermediate_size": (0, 2**24),
+}
+MAX_PARAMS = 10**14  # 100T parameters: ~50x the largest published model
+
+
+def _show(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit integer"  # str() of a huge int is slow or refused
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "a list"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _int(cfg: dict[str, Any], key: str, default: object = None) -> int:
+    """An integer field within LIMITS[key]: ints, or floats with an integral value (4096.0);
+    never bools, strings, lists or objects. Missing (or null) with no default is refused."""
+    value = cfg.get(key)
+    if value is None:
+        value = default
+    if value is None:
         raise PlanError("model", f"config.json lacks {key!r}, which the estimate needs")
+    lo, hi = LIMITS[key]
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**63:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        kind = "a positive integer" if lo == 1 else f"an integer from {lo}"
+        raise PlanError(
+            "model",
+            f"config.json field {key!r} must be {kind} up to {hi:,} (got {_show(value)})",
+        )
     return value
 
 
-def _positive_int(cfg: dict[str, Any], key: str, default: Any = None) -> int:
-    value = _get(cfg, key, default, required=True)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise PlanError("model", f"config.json field {key!r} must be a positive integer")
+def _flag(cfg: dict[str, Any], key: str, default: bool) -> bool:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise PlanError("model", f"config.json field {key!r} must be true or false")
     return value
+
+
+def _softcap(cfg: dict[str, Any], key: str) -> bool:
+    """Whether a soft-capping value (a number, or null for none) is set."""
+    value = cfg.get(key)
+    if value is None:
+        return False
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise PlanError("model", f"config.json field {key!r} must be a number or null")
+    return bool(value)
+
+
+def _text(cfg: dict[str, Any], key: str, default: str) -> str:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise PlanError("model", f"config.json field {key!r} must be a string")
+    return value
+
+
+def _experts(cfg: dict[str, Any]) -> tuple[int, int]:
+    """(experts, experts per token); (0, 0) for a dense model."""
+    experts = 0
+    for key in ("num_local_experts", "num_experts"):
+        if cfg.get(key) is not None:
+            experts = experts or _int(cfg, key)
+    if not experts:
+        return 0, 0
+    per_token = _int(cfg, "num_experts_per_tok")
+    if per_token > experts:
+        raise PlanError(
+            "model",
+            f"config.json field 'num_experts_per_tok' ({per_token}) exceeds the "
+            f"number of experts ({experts})",
+        )
+    return experts, per_token
 
 
 def spec_from_config(
     cfg: dict[str, Any], name: str, *, source: str = "config", hf_id: str | None = None
 ) -> ModelSpec:
-    """Build a ModelSpec from a Hugging Face config.json dict."""
+    """Build a ModelSpec from a Hugging Face config.json dict, refusing (PlanError, one line
+    naming the field and what is accepted) wrong types and values outside LIMITS."""
     if not isinstance(cfg, dict):
         raise PlanError("model", "config.json must hold a JSON object")
     text = cfg.get("text_config")
-    model_type = str(cfg.get("model_type", "llama"))
-    if isinstance(text, dict):  # multimodal wrappers (Gemma 3): plan the text decoder
-        cfg = {**text, "model_type": text.get("model_type", model_type)}
-        model_type = str(cfg["model_type"])
-    hidden = _positive_int(cfg, "hidden_size")
-    heads = _positive_int(cfg, "num_attention_heads")
-    kv_heads = _positive_int(cfg, "num_key_value_heads", cfg.get("num_attention_heads"))
+    model_type = _text(cfg, "model_type", "llama")
+    if text is not None and not isinstance(text, dict):
+        raise PlanError("model", "config.json field 'text_config' must be an object")
+    if text is not None:  # multimodal wrappers (Gemma 3): plan the text decoder
+        cfg = {"model_type": model_type, **text}
+        model_type = _text(cfg, "model_type", model_type)
+    hidden = _int(cfg, "hidden_size")
+    heads = _int(cfg, "num_attention_heads")
+    kv_heads = _int(cfg, "num_key_value_heads", heads)
     if heads % kv_heads:
         raise PlanError("model", "num_attention_heads must be a multiple of num_key_value_heads")
-    head_dim = cfg.get("head_dim") or hidden // heads
-    if model_type in ("gemma3_text", "gemma3") and not cfg.get("head_dim"):
+    if cfg.get("head_dim") is not None:
+        head_dim = _int(cfg, "head_dim")
+    elif model_type in ("gemma3_text", "gemma3"):
         head_dim = 256  # Gemma3TextConfig's default head_dim
-    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
+    elif hidden < heads:
+        raise PlanError(
+            "model",
+            f"config.json gives {heads} attention heads for hidden_size {hidden} "
+            "and no head_dim: each head would be 0 wide",
+        )
+    else:
+        head_dim = hidden // heads
+    intermediate = _int(cfg, "intermediate_size")
+    experts, per_token = _experts(cfg)
     notes: list[str] = []
     if model_type not in _KNOWN:
-        notes.append(f"model_type {model_type!r} is not modelled exactly; assumed Llama-like")
-    attention_bias = bool(cfg.get("attention_bias", False))
-    return ModelSpec(
+        shown = model_type if len(model_type) <= 40 else model_type[:37] + "..."
+        notes.append(f"model_type {shown!r} is not modelled exactly; assumed Llama-like")
+    attention_bias = _flag(cfg, "attention_bias", False)
+    spec = ModelSpec(
         name=name,
         hidden=hidden,
-        layers=_positive_int(cfg, "num_hidden_layers"),
+        layers=_int(cfg, "num_hidden_layers"),
         heads=heads,
         kv_heads=kv_heads,
-        head_dim=int(head_dim),
-        intermediate=_positive_int(cfg, "intermediate_size"),
-        vocab=_positive_int(cfg, "vocab_size"),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", model_type.startswith("gemma"))),
+        head_dim=head_dim,
+        intermediate=intermediate,
+        vocab=_int(cfg, "vocab_size"),
+        tied_embeddings=_flag(cfg, "tie_word_embeddings", model_type.startswith("gemma")),
         model_type=model_type,
         qkv_bias=attention_bias or model_type in _QKV_BIAS,
         o_bias=attention_bias and model_type != "qwen2",
-        mlp_bias=bool(cfg.get("mlp_bias", False)),
+        mlp_bias=_flag(cfg, "mlp_bias", False),
         qk_norm="head"
         if model_type in _QK_NORM_HEAD
         else "full"
@@ -273,28 +370,35 @@ def spec_from_config(
         else "none",
         norms_per_layer=_NORMS_PER_LAYER.get(model_type, 2),
         experts=experts,
-        experts_per_token=int(cfg.get("num_experts_per_tok") or 0) if experts else 0,
-        expert_intermediate=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"])
-        if experts
-        else 0,
-        shared_expert_intermediate=int(cfg.get("shared_expert_intermediate_size") or 0),
+        experts_per_token=per_token,
+        expert_intermediate=_int(cfg, "moe_intermediate_size", intermediate) if experts else 0,
+        shared_expert_intermediate=_int(cfg, "shared_expert_intermediate_size", 0),
         router_bias=model_type == "gpt_oss",
         expert_bias=model_type == "gpt_oss",
         attention_sinks=model_type == "gpt_oss",
-        final_logit_softcap=bool(cfg.get("final_logit_softcapping")),
-        attn_logit_softcap=bool(cfg.get("attn_logit_softcapping")),
+        final_logit_softcap=_softcap(cfg, "final_logit_softcapping"),
+        attn_logit_softcap=_softcap(cfg, "attn_logit_softcapping"),
         fused=model_type in _FUSED,
         dtype=_dtype_name(cfg.get("torch_dtype") or cfg.get("dtype")),
         hf_id=hf_id,
         source=source,
         notes=tuple(notes),
     )
+    if spec.architecture_params > MAX_PARAMS:
+        raise PlanError(
+            "model",
+            f"config.json describes {fmt_count(spec.architecture_params)} parameters, "
+            f"over the {fmt_count(MAX_PARAMS)} this planner accepts",
+        )
+    return spec
 
 
 def _dtype_name(value: object) -> str:
-    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(value), "bf16")
+    names = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+    return names.get(value, "bf16") if isinstance(value, str) else "bf16"
 
 
+MIN_COUNT, MAX_COUNT = 10**6, 5 * 10**12  # what a bare count (--model 7B) may ask for
 # Typical decoder shapes by size (Llama 3 / Qwen 2.5 families), used when only a count is given.
 _TYPICAL = (  # (params, hidden, layers)
     (0.1e9, 576, 30),
@@ -309,14 +413,32 @@ _TYPICAL = (  # (params, hidden, layers)
 )
 
 
+def _assumed_shape(params: int) -> tuple[int, int, int]:
+    """(hidden, layers, vocab) of a typical decoder with about ``params`` parameters."""
+    smallest, hidden, layers = _TYPICAL[0]
+    if params >= smallest:
+        hidden, layers = min(_TYPICAL, key=lambda t: abs(t[0] - params) / t[0])[1:]
+        return hidden, layers, 128256 if params >= 1e9 else 49152
+    # Below the smallest typical model its shape would not fit in the count (its embedding
+    # alone is 28M): shrink width and depth by the cube root of the ratio and the vocab so
+    # the embedding takes a third of the count, as in TinyStories-like models.
+    scale = (params / smallest) ** (1 / 3)
+    hidden = max(64, 64 * round(hidden * scale / 64))
+    layers = max(2, round(layers * scale))
+    vocab = min(49152, max(256, params // (3 * hidden) // 64 * 64))
+    return hidden, layers, vocab
+
+
 def spec_from_count(params: int, name: str) -> ModelSpec:
-    """A typical Llama-3-style decoder with ``params`` parameters (dimensions assumed)."""
-    if params < 1e6 or params > 5e12:
+    """A typical Llama-3-style decoder with ``params`` parameters (dimensions assumed).
+
+    Counts from 1M to 5T are accepted; below 100M the shape is scaled down so that every
+    part of it is positive and the parts add up to the count."""
+    if params < MIN_COUNT or params > MAX_COUNT:
         raise PlanError("model", f"{params:,} parameters is outside 1M..5T")
-    hidden, layers = min(_TYPICAL, key=lambda t: abs(t[0] - params) / t[0])[1:]
+    hidden, layers, vocab = _assumed_shape(params)
     heads = max(1, hidden // 128) if hidden >= 1024 else max(1, hidden // 64)
     kv_heads = max(1, heads // 4) if heads % 4 == 0 else heads
-    vocab = 128256 if params >= 1e9 else 49152
     base = ModelSpec(
         name=name,
         hidden=hidden,
@@ -332,7 +454,7 @@ def spec_from_count(params: int, name: str) -> ModelSpec:
     )
     # Solve the MLP width so the shapes add up to the requested count.
     fixed = base.architecture_params - base.layers * 3 * hidden * base.intermediate
-    intermediate = max(hidden, round((params - fixed) / (3 * hidden * layers)))
+    intermediate = max(1, round((params - fixed) / (3 * hidden * layers)))
     spec = replace(base, intermediate=intermediate, exact_params=params)
     note = (
         f"dimensions assumed from a typical decoder of this size: hidden {hidden}, "

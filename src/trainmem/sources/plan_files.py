@@ -23,6 +23,7 @@ import tomli_w
 
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
+from trainmem.sources.files import FileReadError, MissingFileError, read_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -150,14 +151,15 @@ def problems_text(plan_set: PlanSet, limit: int = 3) -> str:
 
 def load_plans(path: Path, progress: Progress | None = None) -> PlanSet:
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        text = read_text(path, limit=MAX_FILE, what="plans file")
+    except MissingFileError:
         raise PlansFileError(path, "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlansFileError(path, f"cannot read: {exc}") from None
+    except FileReadError as exc:  # a FIFO, a device, too large, not UTF-8...: one line
+        raise PlansFileError(path, str(exc).replace(f"plans file {path} ", "", 1)) from None
     return from_toml(text, path, progress)
 
 
+MAX_FILE = 256 * 2**20  # ~800,000 plans; a larger "plans file" is something else
 LARGE_FILE = 512 * 1024  # bytes (~1,600 plans): the dashboard reads larger files in a worker
 
 
