@@ -4,8 +4,18 @@
     trainmem-tui devices --json          the stable JSON contract (see trainmem.devices.snapshot)
     trainmem-tui devices --watch --interval 2 --log run.jsonl   (or run.csv)
 
---watch stops cleanly on Ctrl+C or SIGTERM: the sample in hand is written, the log is flushed
-after every sample, so a killed run loses nothing already sampled.
+--watch stops cleanly on Ctrl+C or SIGTERM at any moment, start-up included: the sample in
+hand is written and the command exits 0 (Ctrl+C before --watch has set up its handlers, while
+Python is still importing, exits 130 through ``trainmem.cli.main``, with no traceback either).
+
+The log is written one record (a sample: one JSON line, or its CSV rows) at a time, with a single
+``os.write`` of the whole record; a short or failed write is cut back to the end of the last whole
+record, so every line of the log is complete JSON / CSV, whatever happens. The log is fsynced on
+stop. A write error (a full disk, a lost mount; on stdout too) ends the command with one line on
+stderr and exit status 1. A log that is not a regular file (a FIFO, a device, a directory) is
+refused at once, exit 2: a FIFO nobody reads would otherwise hang the command forever.
+
+Every JSON printed or written is strict: a non-finite number becomes null, never ``NaN``.
 """
 
 from __future__ import annotations
@@ -13,9 +23,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import errno
+import io
 import json
+import math
+import os
 import queue
 import signal
+import stat
 import sys
 import threading
 import time
@@ -47,6 +62,14 @@ CSV_FIELDS = (
 
 class UsageError(Exception):
     """Bad input found after parsing: one line on stderr, exit 2."""
+
+
+class WriteError(Exception):
+    """The log or stdout could not be written: one line on stderr, exit 1."""
+
+
+# The one call that writes the log: tests replace it to fill the disk.
+_write = os.write
 
 
 def _positive_float(text: str) -> float:
@@ -92,67 +115,131 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not args.watch and (args.interval is not None or args.count is not None):
             raise UsageError("--interval and --count need --watch")
+        if args.watch:
+            # Handlers first: a signal while the log opens or NVML loads stops the watch too.
+            stop = threading.Event()
+            with _stop_on_signals(stop), _open_log(args.log) as log:
+                return _watch(args, log, stop)
         with _open_log(args.log) as log:
-            if args.watch:
-                return _watch(args, log)
             snap = Sampler(None).sample_once()
             if log is not None:
                 log.write(snap)
-            if args.json:
-                print(json.dumps(snap.to_json(), indent=2))
-            else:
-                _print_table(snap)
+            try:
+                if args.json:
+                    sys.stdout.write(dumps(snap.to_json(), indent=2) + "\n")
+                else:
+                    _print_table(snap)
+                sys.stdout.flush()
+            except BrokenPipeError:
+                raise
+            except OSError as err:
+                raise _stdout_error(err) from None
             return 0
     except UsageError as err:
         sys.stderr.write(f"{PROG}: error: {err}\n")
         return 2
+    except WriteError as err:
+        sys.stderr.write(f"{PROG}: error: {err}\n")
+        return 1
     except BrokenPipeError:  # `devices --watch | head`
         sys.stderr.close()
         return 0
 
 
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """Strict JSON: a NaN or infinity anywhere in ``obj`` is written as null."""
+    try:
+        return json.dumps(obj, allow_nan=False, **kwargs)
+    except ValueError:
+        return json.dumps(_finite(obj), allow_nan=False, **kwargs)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _out(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        raise _stdout_error(err) from None
+
+
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        raise _stdout_error(err) from None
+
+
+def _stdout_error(err: OSError) -> WriteError:
+    """The error for a failed write to stdout (`> /dev/full`). stdout is pointed at /dev/null
+    first, so the flush at exit cannot fail again and print a second message."""
+    with contextlib.suppress(OSError, ValueError):
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    return WriteError(f"cannot write to stdout: {err.strerror or err}")
+
+
 # -- --watch ---------------------------------------------------------------------------------
 
 
-def _watch(args: argparse.Namespace, log: _Log | None) -> int:
-    stop = threading.Event()
+def _watch(args: argparse.Namespace, log: _Log | None, stop: threading.Event) -> int:
     snaps: queue.SimpleQueue[Snapshot] = queue.SimpleQueue()
     sampler = Sampler(snaps.put, interval=args.interval or 1.0)
-    out = sys.stdout
     written = 0
-    with _stop_on_signals(stop):
-        sampler.start()
-        try:
-            while not stop.is_set() and (args.count is None or written < args.count):
-                try:
-                    snap = snaps.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                if log is not None:
-                    log.write(snap)
-                if args.json:
-                    out.write(json.dumps(snap.to_json(), separators=(",", ":")) + "\n")
-                else:
-                    _print_compact(snap, header=written == 0, out=out)
-                out.flush()
-                written += 1
-        finally:
-            sampler.stop()
+    sampler.start()
+    try:
+        while not stop.is_set() and (args.count is None or written < args.count):
+            try:
+                snap = snaps.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if log is not None:
+                log.write(snap, written)
+            if args.json:
+                _out(dumps(snap.to_json(), separators=(",", ":")) + "\n")
+            else:
+                text = io.StringIO()
+                _print_compact(snap, header=written == 0, out=text)
+                _out(text.getvalue())
+            _flush_stdout()
+            written += 1
+    finally:
+        # A source still stuck loading its driver is left on its daemon thread: the command
+        # ends within a second of the stop whatever NVML does.
+        sampler.stop(timeout=1.0)
     return 0
 
 
 @contextlib.contextmanager
 def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """SIGINT and SIGTERM set ``stop``; the loop then finishes the sample in hand and exits."""
+    """SIGINT and SIGTERM set ``stop``; the loop then finishes the sample in hand and exits.
+    A signal that is ignored (a background job's SIGINT) stays ignored."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
     previous: dict[signal.Signals, Any] = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            continue
         # Only the main thread may set handlers; elsewhere (a test thread) keep the defaults.
         with contextlib.suppress(ValueError):
             previous[sig] = signal.signal(sig, handler)
+    if _interrupted_earlier():
+        stop.set()
     try:
         yield
     finally:
@@ -160,31 +247,115 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def _interrupted_earlier() -> bool:
+    """A Ctrl+C that reached `trainmem.cli.main` before these handlers, whose KeyboardInterrupt
+    Python swallowed (see ``trainmem.cli.main.interrupted``)."""
+    entry = sys.modules.get("trainmem.cli.main")
+    return bool(entry is not None and entry.interrupted())
+
+
 class _Log:
-    """Appends samples to a file, flushed per sample. CSV: one row per device per sample."""
+    """Appends samples to a file, one whole record per write. CSV: a row per device per sample.
+
+    Only a regular file (or a new one) is accepted: it is checked before opening, and the open is
+    non-blocking, so a FIFO that appears in between fails (no reader) instead of hanging."""
 
     def __init__(self, path: str) -> None:
+        self.path = path
         self.csv = path.lower().endswith(".csv")
+        self.failed = False
+        with contextlib.suppress(OSError):  # missing: created below; unreadable: open says why
+            _require_regular(path, os.stat(path).st_mode)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        for name in ("O_NONBLOCK", "O_CLOEXEC", "O_BINARY", "O_NOCTTY"):
+            flags |= getattr(os, name, 0)
         try:
-            self.file: IO[str] = open(path, "a", encoding="utf-8", newline="")  # noqa: SIM115
+            self.fd = os.open(path, flags, 0o666)
         except OSError as err:
             raise UsageError(f"cannot open log {path!r}: {err.strerror or err}") from None
-        self._writer: Any = None
-        if self.csv:
-            self._writer = csv.DictWriter(self.file, fieldnames=CSV_FIELDS)
-            if self.file.tell() == 0:
-                self._writer.writeheader()
+        try:
+            try:
+                info = os.fstat(self.fd)
+            except OSError as err:
+                raise UsageError(f"cannot open log {path!r}: {err.strerror or err}") from None
+            _require_regular(path, info.st_mode)
+            if self.csv and info.st_size == 0:
+                self._append(_csv_text([dict(zip(CSV_FIELDS, CSV_FIELDS, strict=True))]), None)
+        except BaseException:
+            os.close(self.fd)
+            raise
 
-    def write(self, snap: Snapshot) -> None:
-        if self._writer is not None:
-            for d in snap.devices:
-                self._writer.writerow(_csv_row(snap, d))
+    def write(self, snap: Snapshot, written: int | None = None) -> None:
+        """Append one sample; ``written`` (--watch: samples so far) is for the error message."""
+        if self.csv:
+            text = _csv_text([_csv_row(snap, d) for d in snap.devices])
         else:
-            self.file.write(json.dumps(snap.to_json(), separators=(",", ":")) + "\n")
-        self.file.flush()
+            text = dumps(snap.to_json(), separators=(",", ":")) + "\n"
+        self._append(text, written)
+
+    def _append(self, text: str, written: int | None) -> None:
+        data = memoryview(text.encode("utf-8"))
+        start: int | None = None
+        done = 0
+        try:
+            start = os.lseek(self.fd, 0, os.SEEK_END)  # where the record begins (O_APPEND)
+            while done < len(data):
+                n = _write(self.fd, data[done:])
+                if n <= 0:
+                    raise OSError(errno.EIO, "short write")
+                done += n
+        except BaseException as err:
+            self.failed = True
+            if start is not None:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self.fd, start)  # back to the end of the last whole record
+            if not isinstance(err, OSError):
+                raise
+            where = (
+                ""
+                if written is None
+                else f" (stopped after {written} sample(s); the log ends with the last whole one)"
+            )
+            raise WriteError(
+                f"cannot write log {self.path!r}: {err.strerror or err}{where}"
+            ) from None
 
     def close(self) -> None:
-        self.file.close()
+        """fsync and close; a failure is a write error unless one was reported already."""
+        error: OSError | None = None
+        try:
+            os.fsync(self.fd)
+        except OSError as err:
+            if err.errno not in (errno.EINVAL, errno.ENOTSUP):  # cannot be synced: fine
+                error = err
+        try:
+            os.close(self.fd)
+        except OSError as err:
+            error = error or err
+        if error is not None and not self.failed:
+            raise WriteError(f"cannot write log {self.path!r}: {error.strerror or error}")
+
+
+def _require_regular(path: str, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    what = (
+        "a directory"
+        if stat.S_ISDIR(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "not a regular file"
+    )
+    raise UsageError(f"cannot use log {path!r}: it is {what}; give a regular file")
+
+
+def _csv_text(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
+    writer.writerows(rows)
+    return buf.getvalue()
 
 
 @contextlib.contextmanager
@@ -192,14 +363,24 @@ def _open_log(path: str | None) -> Iterator[_Log | None]:
     log = _Log(path) if path else None
     try:
         yield log
-    finally:
+    except BaseException:
+        if log is not None:
+            log.failed = True  # the error in hand is the one to report
+            with contextlib.suppress(WriteError):
+                log.close()
+        raise
+    else:
         if log is not None:
             log.close()
 
 
+def _num(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None
+
+
 def _csv_row(snap: Snapshot, d: DeviceReading) -> dict[str, Any]:
     return {
-        "timestamp": f"{snap.timestamp:.3f}",
+        "timestamp": f"{snap.timestamp:.3f}" if math.isfinite(snap.timestamp) else None,
         "seq": snap.seq,
         "id": d.id,
         "kind": d.kind,
@@ -209,9 +390,9 @@ def _csv_row(snap: Snapshot, d: DeviceReading) -> dict[str, Any]:
         "free_bytes": d.free_bytes,
         "usable_bytes": d.usable_bytes,
         "peak_used_bytes": d.peak_used_bytes,
-        "utilization_pct": d.utilization_pct,
-        "temperature_c": d.temperature_c,
-        "power_w": d.power_w,
+        "utilization_pct": _num(d.utilization_pct),
+        "temperature_c": _num(d.temperature_c),
+        "power_w": _num(d.power_w),
         "processes": len(d.processes),
         "unavailable": d.unavailable,
     }
@@ -225,7 +406,7 @@ def _gb(n: int | None) -> str:
 
 
 def _opt(value: float | None, unit: str, fmt: str = "{:.0f}") -> str:
-    return "-" if value is None else fmt.format(value) + unit
+    return "-" if value is None or not math.isfinite(value) else fmt.format(value) + unit
 
 
 def _print_compact(snap: Snapshot, *, header: bool, out: IO[str]) -> None:

@@ -1,20 +1,38 @@
-"""`trainmem-tui`: the dashboard by default; `plan` and `devices` are headless commands."""
+"""`trainmem-tui`: the dashboard by default; `plan` and `devices` are headless commands.
+
+Ctrl+C ends every command without a traceback, at any moment, start-up included:
+
+* during start-up (imports, parsing the flags) it is only noted, then ``main`` returns 130
+  before the command runs (a KeyboardInterrupt raised in the middle of an import can land in
+  one of importlib's weakref callbacks, where Python prints it as "Exception ignored" and
+  carries on, losing the Ctrl+C; or in code run by ``exec``, after which CPython exits by
+  SIGINT even though we caught it);
+* while a command runs it raises KeyboardInterrupt as usual, caught here: exit status 130;
+* `devices --watch` handles SIGINT and SIGTERM itself: the user stopping it exits 0.
+
+This module imports next to nothing at load, so a Ctrl+C during start-up lands inside ``main``.
+"""
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Sequence
 
 from trainmem import __version__
-from trainmem.cli.parser import Parser
+
+TYPE_CHECKING = False  # not `typing`'s: importing typing costs ~10 ms of start-up
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Sequence
 
 SUBCOMMANDS = ("plan", "devices")
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl+C
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full parser, or with ``only`` one subcommand (so `plan` never imports NVML code)."""
     import importlib
+
+    from trainmem.cli.parser import Parser
 
     parser = Parser(
         prog="trainmem-tui",
@@ -28,13 +46,72 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    # `--help` goes to the dashboard's parser: it lists the plan flags and names the commands.
-    if args and (args[0] in SUBCOMMANDS or args[0] == "--version"):
-        ns = build_parser(args[0] if args[0] in SUBCOMMANDS else None).parse_args(args)
-        return int(ns.run(ns))
-    # No subcommand: the dashboard, which takes the plan flags too. Imported lazily so the
-    # headless commands never pay for Textual.
-    from trainmem.cli import dashboard_cmd
+    global _interrupted, _raising
+    _interrupted = _raising = False
+    restore: Callable[[], None] | None = None
+    try:
+        restore = _catch_sigint()
+        args = list(sys.argv[1:] if argv is None else argv)
+        # `--help` goes to the dashboard's parser: it lists the plan flags and names the
+        # commands.
+        if args and (args[0] in SUBCOMMANDS or args[0] == "--version"):
+            ns = build_parser(args[0] if args[0] in SUBCOMMANDS else None).parse_args(args)
+            if _interrupted:
+                return INTERRUPTED
+            _raising = True
+            return int(ns.run(ns))
+        # No subcommand: the dashboard, which takes the plan flags too. Imported lazily so the
+        # headless commands never pay for Textual.
+        from trainmem.cli import dashboard_cmd
 
-    return dashboard_cmd.run(args)
+        if _interrupted:
+            return INTERRUPTED
+        _raising = True
+        return dashboard_cmd.run(args)
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    finally:
+        _interrupted = _raising = False  # this run is over (tests call main() many times)
+        if restore is not None:
+            restore()
+
+
+def interrupted() -> bool:
+    """Whether Ctrl+C reached ``main``'s handler in this run. `devices --watch` checks it when
+    it installs its own handlers, so a Ctrl+C whose KeyboardInterrupt Python swallowed (see
+    above) still stops it."""
+    return _interrupted
+
+
+_interrupted = False  # a SIGINT arrived during this run of main()
+_raising = False  # start-up is over: SIGINT raises KeyboardInterrupt
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    global _interrupted
+    _interrupted = True
+    if _raising:
+        raise KeyboardInterrupt
+
+
+def _catch_sigint() -> Callable[[], None] | None:
+    """Install ``_on_sigint`` where Python's default handler is (not over SIG_IGN, as in a
+    background job, nor over an embedding program's own); returns how to put it back."""
+    # `_signal` is built in and already loaded: no import (`signal` imports enum, ~2 ms)
+    # stands between the start of main() and the handler.
+    try:
+        import _signal as sig  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # pragma: no cover - not CPython
+        import signal as sig
+    try:
+        if sig.getsignal(sig.SIGINT) is not sig.default_int_handler:
+            return None
+        sig.signal(sig.SIGINT, _on_sigint)
+    except ValueError:  # not the main thread
+        return None
+
+    def restore() -> None:
+        if sig.getsignal(sig.SIGINT) is _on_sigint:
+            sig.signal(sig.SIGINT, sig.default_int_handler)
+
+    return restore

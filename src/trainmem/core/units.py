@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import re
 
+from trainmem.core.errors import PlanError
+
 GB = 10**9
 GiB = 2**30
 _UNITS = {
@@ -22,14 +24,25 @@ _UNITS = {
     "tib": 2**40,
 }
 _AMBIGUOUS = {"m": (6, 20), "g": (9, 30), "t": (12, 40)}  # decimal and binary exponents
-_SIZE = re.compile(r"^([0-9]*\.?[0-9]+)\s*([a-z]*)$")
+# Unambiguous alternatives (no nested or adjacent quantifiers over the same digits), so a
+# hostile string of thousands of digits is matched in linear time.
+_NUMBER = r"(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)"
+_SIZE = re.compile(rf"^({_NUMBER})\s*([a-z]*)$")
+MAX_SIZE = 2**64  # bytes (16 EiB): far beyond any device, small enough to be exact
+MAX_COUNT = 10**15  # parameters (1000T)
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """``text`` for an error message: repr'd, and cut short so the message stays one line."""
+    text = text.strip()
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
 
 
 def parse_size(text: str) -> int:
     """``"24GiB"`` -> 25769803776, ``"80GB"`` -> 80000000000; a bare ``G`` is refused."""
     m = _SIZE.match(text.strip().lower())
     if not m:
-        raise ValueError(f"{text!r} is not a size; use e.g. 24GiB or 80GB")
+        raise ValueError(f"{_shown(text)} is not a size; use e.g. 24GiB or 80GB")
     number, unit = m.groups()
     if unit in _AMBIGUOUS:
         u, (dec, bin_) = unit.upper(), _AMBIGUOUS[unit]
@@ -38,10 +51,15 @@ def parse_size(text: str) -> int:
             f"or {number}{u}iB (2^{bin_} bytes)"
         )
     if unit not in _UNITS:
-        raise ValueError(f"{text!r} needs a unit: GB (10^9 bytes) or GiB (2^30 bytes)")
-    size = round(float(number) * _UNITS[unit])
+        raise ValueError(f"{_shown(text)} needs a unit: GB (10^9 bytes) or GiB (2^30 bytes)")
+    value = float(number) * _UNITS[unit]  # 300+ digits: inf, never an OverflowError here
+    if not math.isfinite(value) or value > MAX_SIZE:
+        raise ValueError(
+            f"{_shown(text)} is too large; give a size up to 2^64 bytes, e.g. 24GiB or 80GB"
+        )
+    size = round(value)
     if size <= 0:
-        raise ValueError(f"{text!r} must be larger than zero")
+        raise ValueError(f"{_shown(text)} must be larger than zero")
     return size
 
 
@@ -61,16 +79,24 @@ def fmt_count(n: float) -> str:
     return str(int(n))
 
 
-_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
+_COUNT = re.compile(rf"^\s*({_NUMBER}(?:e[0-9]+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
 _COUNT_SCALE = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 
 
 def parse_count(text: str) -> int | None:
-    """``"7B"``, ``"1.5b"``, ``"494M"``, ``"70e9"`` -> an integer; None if not a count."""
+    """``"7B"``, ``"1.5b"``, ``"494M"``, ``"70e9"`` -> an integer; None if not a count.
+
+    A count too large to mean anything (above ``MAX_COUNT``, or one that overflows a float:
+    ``1e400``, 300 digits) raises PlanError (a ValueError) for the model field, naming what is
+    accepted; callers already report PlanError as the model's one-line error."""
     m = _COUNT.match(text)
     if not m:
         return None
     value = float(m.group(1)) * _COUNT_SCALE[m.group(2).lower()]
-    if not math.isfinite(value):
-        return None
+    if not math.isfinite(value) or value > MAX_COUNT:
+        raise PlanError(
+            "model",
+            f"{_shown(text)} is too large a parameter count; "
+            "give one up to 1000T, e.g. 7B, 1.5b, 494M or 70e9",
+        )
     return round(value)
