@@ -13,7 +13,8 @@ screenshots:
 # The accuracy table from the recorded measurements (no torch needed).
 accuracy:
 	./scripts/run.sh --version >/dev/null && .venv/bin/python bench/accuracy/compare.py \
-		bench/results/measure-cpu.json bench/results/measure-cpu-moe.json --out docs/accuracy.md
+		bench/results/measure-cpu.json bench/results/measure-cpu-moe.json \
+		bench/results/measure-cpu-stacks.json --out docs/accuracy.md
 
 # Re-measure real training steps on CPU (installs torch's CPU wheel into .measure-venv).
 measure:
@@ -21,3 +22,4 @@ measure:
 	.measure-venv/bin/pip install -q torch==2.13.0 && .measure-venv/bin/pip install -q -e ".[measure]"
 	.measure-venv/bin/python bench/measure/harness.py --subset full --out bench/results/measure-cpu.json
 	.measure-venv/bin/python bench/measure/harness.py --subset moe --out bench/results/measure-cpu-moe.json
+	.measure-venv/bin/python bench/measure/harness.py --subset stacks --out bench/results/measure-cpu-stacks.json

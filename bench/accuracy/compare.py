@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `accuracy` packa
 from accuracy.peers import PEERS
 from trainmem.core.architecture import spec_from_config
 from trainmem.core.estimator import estimate
-from trainmem.core.plan import Plan
+from trainmem.core.plan import STACKS, Plan
 
 PLAN_FIELDS = {f.name for f in fields(Plan)}
 
@@ -147,6 +147,22 @@ def render(rows: list[dict[str, Any]], meta: list[dict[str, Any]], command: str)
         if subset:
             s = summarize(subset, ["ours"])["ours"]
             lines.append(f"| {method} | {s['n']} | {s['median']:.2f}% | {s['worst']:.2f}% |")
+    lines += [
+        "",
+        "### By training stack (ours)",
+        "",
+        "`trainer`: the Hugging Face Trainer's step (the model output dropped before backward); "
+        "`loop`: a hand-written loop that keeps `out` (logits, and the KV cache without "
+        "checkpointing) alive through backward and the optimizer step.",
+        "",
+        "| stack | n | median | worst |",
+        "|---|---|---|---|",
+    ]
+    for stack in STACKS:
+        subset = [r for r in rows if r["plan"].stack == stack]
+        if subset:
+            s = summarize(subset, ["ours"])["ours"]
+            lines.append(f"| {stack} | {s['n']} | {s['median']:.2f}% | {s['worst']:.2f}% |")
     lines += ["", "## Measurements", ""]
     head = ["model", "method", "precision", "opt", "seq", "batch", "ckpt", "attn", "measured GB"]
     head[1] = "method (rank, targets, dropout)"
@@ -162,7 +178,8 @@ def render(rows: list[dict[str, Any]], meta: list[dict[str, Any]], command: str)
                 + (" kbit-prep" if p.method == "qlora" and p.kbit_prep else "")
                 if p.method != "full"
                 else ""
-            ),
+            )
+            + ("" if p.stack == "trainer" else f", {p.stack}"),
             p.precision,
             p.optimizer,
             str(p.seq_len),

@@ -103,6 +103,8 @@ def case_key(plan: TrainmemPlan) -> str:
         ]
     if plan.training.kbit_prep:
         parts.append("kbit" if plan.kbit_prep else "nokbit")
+    if plan.stack != "trainer":  # ids of earlier records (all Trainer-style) stay as they were
+        parts.append(plan.stack)
     return "/".join(parts)
 
 
@@ -361,14 +363,25 @@ def train_step(
 ) -> torch.Tensor:
     ph = tr.phase if tr is not None else (lambda _n: contextlib.nullcontext())
     model.train()
+    out = None
     with ph("forward"):
-        loss = forward_loss(model, ids, plan, device_type)
+        if plan.stack == "loop":
+            # A hand-written loop: out = model(**batch); out.loss.backward(); opt.step().
+            # `out` (logits, and the KV cache without checkpointing) lives until the next
+            # forward replaces it; under bf16-mixed the user wraps the forward in autocast.
+            mixed = plan.precision == "bf16-mixed"
+            with torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=mixed):
+                out = model(input_ids=ids, labels=ids)
+            loss = out.loss
+        else:
+            loss = forward_loss(model, ids, plan, device_type)
     with ph("backward"):
         loss.backward()
     with ph("optimizer"):
         opt.step()
     with ph("zero_grad"):
         opt.zero_grad(set_to_none=True)
+    del out
     return loss.detach()
 
 
@@ -637,11 +650,42 @@ def moe_cases() -> list[Case]:
     return cases
 
 
+def stack_cases() -> list[Case]:
+    """A hand-written loop that keeps `out` (logits, KV cache) through backward and the step,
+    with the same plans as Trainer-style cases beside it for comparison."""
+    cases: list[Case] = []
+    real = "SmolLM2-135M"
+    for stack in ("trainer", "loop"):
+        for plan in (
+            measured_plan("full", "bf16", "adamw", 128, 2),
+            measured_plan("full", "bf16", "adamw", 128, 2, grad_ckpt=True),
+            measured_plan("full", "fp32", "adamw", 128, 1),
+            measured_plan("full", "bf16-mixed", "adamw", 128, 1),
+            lora("bf16", 16, "all-linear", seq_len=128, batch=2),
+            lora("bf16", 16, "all-linear", seq_len=128, batch=2, attn="eager"),
+            qlora(True, seq_len=128, batch=1, grad_ckpt=True),
+        ):
+            cases.append((real, dataclasses.replace(plan, stack=stack), "real", 0))
+    for name in ("Qwen2.5-0.5B", "Llama-3.2-1B"):
+        for plan in (
+            measured_plan("full", "bf16", "adamw", 1024, 2),
+            lora("bf16", 16, "all-linear", seq_len=2048, batch=1),
+            lora("bf16", 16, "all-linear", seq_len=2048, batch=1, grad_ckpt=True),
+            lora("bf16-mixed", 16, "all-linear", seq_len=1024, batch=2),
+            lora("bf16", 16, "all-linear", seq_len=1024, batch=1, attn="eager"),
+        ):
+            for stack in ("trainer", "loop"):
+                cases.append((name, dataclasses.replace(plan, stack=stack), "fake", 0))
+    return cases
+
+
 def cases_for(subset: str) -> list[Case]:
     if subset == "quick":
         return fake_vs_real_cases(True) + qlora_cases(True) + analysis_cases()[:1] + fake_grid(True)
     if subset == "full":
         return fake_vs_real_cases(False) + qlora_cases(False) + analysis_cases() + fake_grid(False)
+    if subset == "stacks":
+        return stack_cases()
     if subset == "moe":
         return moe_cases()
     if subset == "gpu":
@@ -722,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--subset", choices=["quick", "full", "gpu", "moe"], default="quick")
+    ap.add_argument("--subset", choices=["quick", "full", "gpu", "moe", "stacks"], default="quick")
     ap.add_argument("--out", default=None)
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")

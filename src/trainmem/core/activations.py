@@ -166,6 +166,7 @@ class HeadActivations:
     saved: int  # final norm and lm_head input, bytes per token
     logits_forward: int  # bytes per token alive while the loss is computed in forward
     loss_backward: int  # bytes per token during log_softmax backward
+    output: int = 0  # bytes per token of the logits the model returns (``out.logits``)
 
 
 def head_activations(spec: ModelSpec, plan: Plan, dt: Dtypes) -> HeadActivations:
@@ -188,6 +189,7 @@ def head_activations(spec: ModelSpec, plan: Plan, dt: Dtypes) -> HeadActivations
     return HeadActivations(
         saved=saved + softcap,
         logits_forward=(logits_e + upcast + 4) * v + softcap,
+        output=logits_e * v,
         loss_backward=12 * v,
     )
 

@@ -21,6 +21,7 @@ from trainmem.core.methods import METHODS, Method, method_record
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed")
 OPTIMIZERS = ("adamw", "adamw-foreach", "adamw-8bit", "paged-adamw-8bit", "sgd", "adafactor")
 ATTENTION = ("sdpa", "eager")
+STACKS = ("trainer", "loop")
 OFFLOAD = ("none", "optimizer", "params")
 LORA_MODULES = ("q", "k", "v", "o", "gate", "up", "down")
 LORA_PRESETS = {"all-linear": LORA_MODULES, "attention": ("q", "k", "v", "o")}
@@ -81,6 +82,17 @@ class Plan:
             "Optimizer",
             "adamw is torch's fused AdamW, the Trainer's default",
             choices=OPTIMIZERS,
+            advanced=True,
+        ),
+    )
+    stack: str = plan_field(
+        "trainer",
+        FieldSpec(
+            "choice",
+            "Stack",
+            "what runs around the model: trainer (the Hugging Face Trainer drops the model "
+            "output before backward) or loop (a hand-written loop that keeps `out` alive)",
+            choices=STACKS,
             advanced=True,
         ),
     )
