@@ -12,28 +12,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
+
+from app_bench import describe_machine  # the same machine line as the app bench
 
 from trainmem.app import make_app
 from trainmem.app.fixture import demo_sampler_factory
 from trainmem.app.screens.compare import PAGE, CompareScreen
 from trainmem.core.plan import Plan
 from trainmem.sources.plan_files import NamedPlan, PlanSet, load_plans, save_plans
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores visible, Python {platform.python_version()}"
 
 
 async def dashboard(path: Path, count: int) -> dict[str, float]:
@@ -87,7 +76,7 @@ def main() -> None:
         timings = asyncio.run(dashboard(path, args.plans))
     lines = [
         f"{args.plans:,} plans ({size / 1e6:.1f} MB of TOML)",
-        f"machine: {machine()}",
+        f"machine: {describe_machine()}",
         "reproduce: .venv/bin/python bench/plans_bench.py --out bench/results/plans_bench.txt",
         "",
         f"{'read and check the file (no UI)':<40}{read_s:8.2f} s",

@@ -12,6 +12,7 @@ from typing import ClassVar
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from tiny_model import CONFIG as TINY_CONFIG
 
 from trainmem.cli.main import main
 from trainmem.core.architecture import spec_from_config
@@ -20,16 +21,7 @@ from trainmem.sources.hub import DownloadError, download
 from trainmem.sources.paths import downloaded_model_dir
 from trainmem.sources.resolve import resolve_model
 
-CONFIG = {
-    "model_type": "llama",
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 128,
-    "vocab_size": 100,
-    "tie_word_embeddings": True,
-}
+CONFIG = TINY_CONFIG
 # The headers count what the config describes (headers of another size are not trusted).
 PARAMS = spec_from_config(CONFIG, "tiny").params
 PARAMS_4 = spec_from_config({**CONFIG, "num_hidden_layers": 4}, "tiny").params

@@ -15,6 +15,7 @@ import textwrap
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiny_model import CONFIG as TINY_CONFIG
 
 from trainmem.cli.main import main
 from trainmem.core.errors import PlanError
@@ -23,16 +24,7 @@ from trainmem.core.plan import METHODS, Plan
 from trainmem.sources import files
 from trainmem.sources.resolve import resolve_model
 
-CONFIG = {
-    "model_type": "llama",
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 128,
-    "vocab_size": 100,
-    "tie_word_embeddings": True,
-}
+CONFIG = TINY_CONFIG
 MOE = {**CONFIG, "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2}
 FAST = settings(
     max_examples=150,

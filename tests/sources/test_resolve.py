@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from tiny_model import CONFIG as TINY_CONFIG
 
 from trainmem.core.architecture import spec_from_config
 from trainmem.core.errors import PlanError
@@ -17,17 +18,7 @@ from trainmem.sources.hf import hub_cache_dir, split_revision
 from trainmem.sources.paths import downloaded_model_dir
 from trainmem.sources.resolve import cached_model_ids, resolve_model
 
-CONFIG = {
-    "model_type": "llama",
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 128,
-    "vocab_size": 100,
-    "tie_word_embeddings": True,
-    "torch_dtype": "bfloat16",
-}
+CONFIG = {**TINY_CONFIG, "torch_dtype": "bfloat16"}
 
 
 def write_safetensors(path, tensors):

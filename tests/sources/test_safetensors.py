@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiny_model import CONFIG as TINY_CONFIG
 
 from trainmem.core.architecture import MAX_PARAMS
 from trainmem.core.estimator import estimate
@@ -19,16 +20,7 @@ from trainmem.core.plan import METHODS, Plan
 from trainmem.sources import safetensors
 from trainmem.sources.resolve import resolve_model
 
-CONFIG = {
-    "model_type": "llama",
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 128,
-    "vocab_size": 100,
-    "tie_word_embeddings": True,
-}
+CONFIG = TINY_CONFIG
 CONFIG_PARAMS = 80_448
 FAST = settings(
     max_examples=150,
