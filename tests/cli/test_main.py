@@ -96,3 +96,17 @@ def test_an_ignored_sigint_is_left_alone(monkeypatch):
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_the_dashboards_help_leaves_the_signal_mask_alone():
+    """The exit guard blocks SIGHUP/SIGTERM only once the dashboard really starts: a caller
+    (a test, a script embedding main) keeps its signals, and so do its children."""
+    import contextlib
+    import signal
+
+    from trainmem.cli.main import main
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    with contextlib.suppress(SystemExit):
+        main(["--help"])
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before

@@ -58,6 +58,20 @@ def real_sampler(callback: Callable[[Snapshot], None], interval: float) -> Sampl
     return Sampler(callback, interval=interval)
 
 
+def cluster_sampler(url: str, select: str = "") -> SamplerFactory:
+    """A factory for a sampler that reads only the cluster's nodes from Prometheus. Its
+    queries run on the sampler's thread for that source, never on the UI thread."""
+
+    def factory(callback: Callable[[Snapshot], None], interval: float) -> SamplerLike:
+        from trainmem.devices.prometheus import PrometheusSource
+        from trainmem.devices.sampler import Sampler
+
+        source = PrometheusSource(url, select=select)
+        return Sampler(callback, interval=interval, extra_sources=(source,), local=False)
+
+    return factory
+
+
 class TrainmemApp(App[None]):
     TITLE = "trainmem"
     CSS_PATH = "app.tcss"
@@ -352,8 +366,13 @@ def make_app(
     scan_hf_cache: bool = True,
     cursor_blink: bool = False,
     load_in_background: Path | None = None,
+    prometheus: str | None = None,
+    select: str = "",
 ) -> TrainmemApp:
-    """The dashboard. Without ``sampler_factory`` it samples this machine's real devices."""
+    """The dashboard. Without ``sampler_factory`` it samples this machine's real devices, or
+    with ``prometheus`` (a server URL) the cluster's nodes, filtered by ``select``."""
+    if sampler_factory is None and prometheus:
+        sampler_factory = cluster_sampler(prometheus, select)
     return TrainmemApp(
         plan_set=plan_set,
         plans_path=plans_path,

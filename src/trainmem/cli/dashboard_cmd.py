@@ -1,7 +1,8 @@
 """`trainmem-tui` with no subcommand: the dashboard.
 
-Takes exactly the plan flags of `plan` (to open on that plan), ``--compare FILE.toml`` and
-``--interval S``. Files are read here, before the UI starts, so the first frame already shows
+Takes exactly the plan flags of `plan` (to open on that plan), ``--compare FILE.toml``,
+``--interval S`` and ``--prometheus URL [--select MATCHERS]`` (a cluster's nodes instead of
+this machine's devices). Files are read here, before the UI starts, so the first frame already shows
 the restored plans; a broken file is reported in the app and never written over.
 """
 
@@ -11,12 +12,14 @@ import argparse
 import gc
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from trainmem.cli.exit_guard import ExitGuard
 from trainmem.cli.parser import Parser
 from trainmem.cli.plan_args import add_plan_arguments, plan_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
+from trainmem.devices.promql import check_select, check_url
 from trainmem.sources.paths import session_path
 from trainmem.sources.plan_files import NamedPlan, PlanSet, is_large, open_plans
 
@@ -31,6 +34,18 @@ def _interval(text: str) -> float:
     if not math.isfinite(value) or not 0.05 <= value <= 3600:
         raise argparse.ArgumentTypeError(f"{text!r} must be between 0.05 and 3600 seconds")
     return value
+
+
+def _checked(check: Callable[[str], str]) -> Callable[[str], str]:
+    """A --prometheus / --select value, checked before the UI starts (bad: exit 2)."""
+
+    def parse(text: str) -> str:
+        try:
+            return check(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="seconds between device samples (default 1)",
     )
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        type=_checked(check_url),
+        help="show every node's GPUs and RAM from this Prometheus server (dcgm-exporter and "
+        "node_exporter metrics) instead of this machine's devices",
+    )
+    parser.add_argument(
+        "--select",
+        metavar="MATCHERS",
+        type=_checked(check_select),
+        default="",
+        help='with --prometheus: label matchers put into every query, e.g. job=~"dcgm|node"',
+    )
     return parser
 
 
@@ -71,6 +100,8 @@ def startup(argv: list[str]) -> Startup:
     show in the app and files that failed to load (never to be overwritten)."""
     parser = build_parser()
     ns = parser.parse_args(argv)
+    if ns.select and not ns.prometheus:
+        parser.error("--select needs --prometheus")
     try:
         cli_plan = plan_from_args(ns) if _plan_flags_given(parser, argv) else None
     except PlanError as exc:
@@ -103,9 +134,6 @@ def startup(argv: list[str]) -> Startup:
 
 
 def run(argv: list[str]) -> int:
-    # SIGHUP / SIGTERM end the dashboard within two seconds from here on (see exit_guard).
-    guard = ExitGuard()
-    guard.start()
     # Start-up allocates many long-lived objects (Textual, the widget tree): collecting
     # garbage among them only costs time. The app re-enables collection after its first
     # frame and freezes what exists then, which also makes later collections cheaper.
@@ -117,6 +145,10 @@ def run(argv: list[str]) -> int:
             "for scripts use `trainmem-tui plan` or `trainmem-tui devices`\n"
         )
         return 2
+    # SIGHUP / SIGTERM end the dashboard within two seconds from here on (see exit_guard);
+    # before this, their default action ends the process, with nothing of the user's lost.
+    guard = ExitGuard()
+    guard.start()
     from trainmem.app import make_app
 
     app = make_app(
@@ -126,6 +158,8 @@ def run(argv: list[str]) -> int:
         startup_messages=messages,
         broken_paths=broken,
         load_in_background=ns.load_in_background,
+        prometheus=ns.prometheus,
+        select=ns.select,
     )
 
     def save() -> None:

@@ -3,6 +3,13 @@
     trainmem-tui devices                 a readable table
     trainmem-tui devices --json          the stable JSON contract (see trainmem.devices.snapshot)
     trainmem-tui devices --watch --interval 2 --log run.jsonl   (or run.csv)
+    trainmem-tui devices --prometheus URL [--select MATCHERS] [--json|--watch]   a cluster
+    trainmem-tui devices --serve [HOST:]PORT [plan flags]   this machine as Prometheus metrics
+
+--prometheus reads every node's GPUs and RAM from the cluster's Prometheus instead of this
+machine (see trainmem.devices.prometheus); --serve exports this machine's samples, and the
+plan's predicted peak when plan flags are given (see trainmem.devices.exporter), until Ctrl+C
+or SIGTERM, bound to 127.0.0.1 unless a host is given.
 
 --watch stops cleanly on Ctrl+C or SIGTERM at any moment, start-up included: the sample in
 hand is written and the command exits 0 (Ctrl+C before --watch has set up its handlers, while
@@ -38,7 +45,9 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import IO, Any
 
-from trainmem.devices import DeviceReading, Sampler, Snapshot
+from trainmem.cli.plan_args import GROUP, add_plan_arguments, plan_from_args, resolve_for_args
+from trainmem.core.errors import PlanError
+from trainmem.devices import DeviceReading, DeviceSource, Sampler, Snapshot
 
 PROG = "trainmem-tui devices"
 CSV_FIELDS = (
@@ -92,6 +101,33 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def prometheus_url(text: str) -> str:
+    from trainmem.devices.promql import check_url
+
+    try:
+        return check_url(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def label_select(text: str) -> str:
+    from trainmem.devices.promql import check_select
+
+    try:
+        return check_select(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def serve_address(text: str) -> tuple[str, int]:
+    """``9400``, ``0.0.0.0:9400`` or ``[::1]:9400`` -> (host, port); 127.0.0.1 by default."""
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]") if sep else "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535 or (sep and not host):
+        raise argparse.ArgumentTypeError(f"{text!r} is not [HOST:]PORT (e.g. 9400, 0.0.0.0:9400)")
+    return host, int(port)
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "devices",
@@ -107,12 +143,68 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--log", metavar="FILE", help="append each sample to FILE (JSON Lines; CSV if *.csv)"
     )
     p.add_argument("--count", type=_positive_int, metavar="N", help="stop after N samples")
+    p.add_argument(
+        "--prometheus",
+        type=prometheus_url,
+        metavar="URL",
+        help="read every node's GPUs (dcgm-exporter) and RAM (node_exporter) from this "
+        f"Prometheus server instead of this machine (auth: {_AUTH_ENV})",
+    )
+    p.add_argument(
+        "--select",
+        type=label_select,
+        default="",
+        metavar="MATCHERS",
+        help='with --prometheus: label matchers put into every query, e.g. job=~"dcgm|node"',
+    )
+    p.add_argument(
+        "--serve",
+        type=serve_address,
+        metavar="[HOST:]PORT",
+        help="export this machine's samples as Prometheus metrics on http://HOST:PORT/metrics "
+        "(127.0.0.1 unless HOST is given; 0 picks a free port) until Ctrl+C or SIGTERM; "
+        "with plan flags, the plan's predicted peak too",
+    )
+    add_plan_arguments(p)
+    # Plan flags count only when given (with --serve): without a default they stay unset.
+    group = next(g for g in p._action_groups if g.title == GROUP)
+    for action in group._group_actions:
+        _PLAN_DEFAULTS[action.dest] = action.default
+        action.default = argparse.SUPPRESS
+    group.title = "plan (with --serve: export this plan's predicted peak)"
     p.set_defaults(run=run)
     return p
 
 
+_AUTH_ENV = "TRAINMEM_PROMETHEUS_TOKEN, or TRAINMEM_PROMETHEUS_USER and _PASSWORD"
+_PLAN_DEFAULTS: dict[str, Any] = {}
+
+
+def _plan_given(args: argparse.Namespace) -> bool:
+    return any(dest in vars(args) for dest in _PLAN_DEFAULTS)
+
+
+def _make_sampler(args: argparse.Namespace, on_snapshot: Any, interval: float = 1.0) -> Sampler:
+    """This machine's sampler, or with --prometheus one that reads only the cluster."""
+    if not getattr(args, "prometheus", None):
+        return Sampler(on_snapshot, interval=interval)
+    from trainmem.devices.prometheus import PrometheusSource
+
+    try:
+        source: DeviceSource = PrometheusSource(args.prometheus, select=args.select)
+    except ValueError as err:  # both a token and a user in the environment
+        raise UsageError(str(err)) from None
+    return Sampler(on_snapshot, interval=interval, extra_sources=(source,), local=False)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
+        if getattr(args, "serve", None) is not None:
+            return _serve(args)
+        if _plan_given(args):
+            raise UsageError("plan flags need --serve (to export the plan's predicted peak)")
+        if getattr(args, "select", "") and not getattr(args, "prometheus", None):
+            raise UsageError("--select needs --prometheus")
         if not args.watch and (args.interval is not None or args.count is not None):
             raise UsageError("--interval and --count need --watch")
         if args.watch:
@@ -121,19 +213,24 @@ def run(args: argparse.Namespace) -> int:
             with _stop_on_signals(stop), _open_log(args.log) as log:
                 return _watch(args, log, stop)
         with _open_log(args.log) as log:
-            snap = Sampler(None).sample_once()
+            snap = _make_sampler(args, None).sample_once()
             if log is not None:
                 log.write(snap)
             try:
                 if args.json:
                     sys.stdout.write(dumps(snap.to_json(), indent=2) + "\n")
                 else:
-                    _print_table(snap)
+                    _print_table(snap, prometheus=getattr(args, "prometheus", None))
                 sys.stdout.flush()
             except BrokenPipeError:
                 raise
             except OSError as err:
                 raise _stdout_error(err) from None
+            if getattr(args, "prometheus", None) and all(d.unavailable for d in snap.devices):
+                # A script asking the cluster should not take "nothing readable" for an answer.
+                reason = snap.devices[0].unavailable if snap.devices else "no devices"
+                sys.stderr.write(f"{PROG}: error: {reason}\n")
+                return 1
             return 0
     except UsageError as err:
         sys.stderr.write(f"{PROG}: error: {err}\n")
@@ -197,7 +294,7 @@ def _stdout_error(err: OSError) -> WriteError:
 
 def _watch(args: argparse.Namespace, log: _Log | None, stop: threading.Event) -> int:
     snaps: queue.SimpleQueue[Snapshot] = queue.SimpleQueue()
-    sampler = Sampler(snaps.put, interval=args.interval or 1.0)
+    sampler = _make_sampler(args, snaps.put, args.interval or 1.0)
     written = 0
     sampler.start()
     try:
@@ -221,6 +318,56 @@ def _watch(args: argparse.Namespace, log: _Log | None, stop: threading.Event) ->
         # ends within a second of the stop whatever NVML does.
         sampler.stop(timeout=1.0)
     return 0
+
+
+# -- --serve ---------------------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace) -> int:
+    for flag, given in (
+        ("--json", args.json),
+        ("--watch", args.watch),
+        ("--log", args.log),
+        ("--count", args.count),
+        ("--prometheus", args.prometheus),
+        ("--select", args.select),
+    ):
+        if given:
+            raise UsageError(f"--serve exports this machine's samples; it takes no {flag}")
+    plan = _plan_peak(args) if _plan_given(args) else None
+    from trainmem.devices.exporter import Exporter
+
+    stop = threading.Event()
+    with _stop_on_signals(stop):
+        sampler = Sampler(None, interval=args.interval or 1.0)
+        host, port = args.serve
+        try:
+            exporter = Exporter(lambda: sampler.latest, host=host, port=port, plan=plan)
+        except OSError as err:
+            raise UsageError(f"cannot serve on {host}:{port}: {err.strerror or err}") from None
+        sampler.start()
+        try:
+            sys.stderr.write(f"{PROG}: serving metrics on {exporter.url}\n")
+            sys.stderr.flush()
+            while not stop.wait(0.2):
+                pass
+        finally:
+            exporter.close()
+            sampler.stop(timeout=1.0)
+    return 0
+
+
+def _plan_peak(args: argparse.Namespace) -> Any:
+    from trainmem.devices.exporter import PlanPeak
+    from trainmem.planner.report import build_report
+
+    ns = argparse.Namespace(**{**_PLAN_DEFAULTS, **vars(args)})
+    try:
+        plan = plan_from_args(ns)
+        report = build_report(plan, resolve_for_args(ns, plan))
+    except (PlanError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    return PlanPeak(plan.model, plan.method, report.estimate.device_bytes)
 
 
 @contextlib.contextmanager
@@ -427,7 +574,7 @@ def _print_compact(snap: Snapshot, *, header: bool, out: IO[str]) -> None:
         )
 
 
-def _print_table(snap: Snapshot) -> None:
+def _print_table(snap: Snapshot, prometheus: str | None = None) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -469,7 +616,9 @@ def _print_table(snap: Snapshot) -> None:
             pt.add_row(d.id, str(p.pid), p.user or "?", p.name or "?", _gb(p.used_bytes), command)
         console.print(pt)
     nv = snap.nvml
-    if nv.available:
+    if prometheus:
+        console.print(f"Read from Prometheus at {prometheus}", highlight=False)
+    elif nv.available:
         line = f"NVML {nv.nvml_version or '?'}, driver {nv.driver_version or '?'}"
         line += f", binding {nv.binding}" if nv.binding else ""
         console.print(line + (f" ({nv.reason})" if nv.reason else ""), highlight=False)

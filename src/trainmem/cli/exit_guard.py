@@ -44,8 +44,10 @@ class ExitGuard:
             self.save()
 
     def finished(self) -> None:
-        """The app returned and the session is saved: the guard has nothing left to do."""
+        """The app returned and the session is saved: the guard has nothing left to do, and
+        the signals get their default action back (a caller's later children inherit it)."""
         self._finished.set()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
     def _wait(self) -> None:
         signum = signal.sigwait(SIGNALS)

@@ -31,6 +31,7 @@ from trainmem.devices.source import (
     AppleSource,
     DeviceSource,
     NvmlSource,
+    SourceUnavailable,
     SystemSource,
     merge,
 )
@@ -118,7 +119,10 @@ class _SourceState:
             except Exception as err:  # a source's bug or outage must not end monitoring
                 readings, error = self.latest.readings, _one_line(self.source.name, err)
                 if error != self.latest.error:  # once per new reason, not every interval
-                    log.exception("device sample failed: source %r", self.source.name)
+                    if isinstance(err, SourceUnavailable):  # explained: no traceback
+                        log.info("device source %r unavailable: %s", self.source.name, error)
+                    else:
+                        log.exception("device sample failed: source %r", self.source.name)
             # One assignment, so readers on other threads see the old answer or the new one.
             self.latest = _Latest(readings, time.monotonic(), error, time.thread_time() - cpu0)
 
@@ -161,6 +165,8 @@ def _unavailable(d: DeviceReading, reason: str) -> DeviceReading:
 
 def _one_line(name: str, err: BaseException) -> str:
     text = str(err).strip().splitlines()
+    if isinstance(err, SourceUnavailable) and text:
+        return text[0][:300]
     reason = f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
     return f"{name} failed: {reason[:200]}"
 
@@ -205,7 +211,9 @@ class Sampler:
     ``on_snapshot`` runs on the sampler's clock thread: keep it short (post a message, put on a
     queue). An exception in it is logged and sampling continues. ``history_size`` bounds the
     history per device (default one hour at 1 s), so memory stays flat however long it runs.
-    ``extra_sources`` (e.g. remote nodes) are listed after the GPUs. A source's readings are
+    ``extra_sources`` (e.g. remote nodes) are listed after the GPUs; with ``local=False``
+    they are the only sources (a cluster read from Prometheus already includes this machine if
+    it is a node, and a login node's own GPUs are not the question). A source's readings are
     marked stale once it has not answered for ``stale_after`` seconds (two intervals).
     """
 
@@ -220,6 +228,7 @@ class Sampler:
         apple: bool | None = None,
         max_tracked_processes: int = 4096,
         extra_sources: Sequence[DeviceSource] = (),
+        local: bool = True,
     ) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be a number of seconds > 0, not {interval!r}")
@@ -231,6 +240,11 @@ class Sampler:
         self._system = system if system is not None else SystemReader()
         self._gpus, sources = default_sources(nvml, self._system, apple=apple, extra=extra_sources)
         self._nvml = self._gpus.nvml
+        self._local = local
+        if not local:
+            if not extra_sources:
+                raise ValueError("local=False needs extra_sources to read")
+            sources = tuple(extra_sources)
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise ValueError(f"device sources need distinct names, not {names}")
@@ -337,7 +351,9 @@ class Sampler:
         cpu0 = time.thread_time()
         now_mono = time.monotonic()
         devices = merge([(st.source, st.view(now_mono, self.stale_after)) for st in self._states])
-        status = self._gpus.last_status or NvmlStatus(False, "waiting for NVML to answer")
+        status = self._gpus.last_status or NvmlStatus(
+            False, "waiting for NVML to answer" if self._local else "not read: remote devices only"
+        )
         now = time.time()
         with self._data_lock:
             self._seq += 1

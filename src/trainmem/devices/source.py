@@ -17,6 +17,11 @@ from trainmem.devices.system import SYSTEM_ID, SystemReader
 from trainmem.devices.unified import UNIFIED_ID, apple_device, as_unified
 
 
+class SourceUnavailable(Exception):
+    """Raised by a source's read() for an outage it has explained (a server down, a refused
+    login): the sampler shows the message as the reason, with no traceback in the log."""
+
+
 @runtime_checkable
 class DeviceSource(Protocol):
     """One thing that reports devices.

@@ -91,8 +91,14 @@ def targets_from_readings(devices: Sequence[DeviceReading]) -> list[DeviceTarget
     """What ``auto`` means for these readings (also the dashboard's latest sample): every
     GPU (each MIG slice), else unified memory, else CPU RAM; empty if nothing is readable."""
     targets: list[DeviceTarget] = []
+    # A cluster's GPUs (ids ``node/gpuN``, from Prometheus) count once per model and size: a
+    # plan is judged per GPU, and ninety-six equal verdicts say no more than one.
+    remote: dict[tuple[str, int], int] = {}
     for d in devices:
         if d.kind == "system" or d.unavailable is not None or not d.total_bytes:
+            continue
+        if "/" in d.id:
+            remote[(d.name, d.total_bytes)] = remote.get((d.name, d.total_bytes), 0) + 1
             continue
         if d.kind == "unified":
             targets.append(DeviceTarget.unified(d.name, d.total_bytes))
@@ -104,6 +110,8 @@ def targets_from_readings(devices: Sequence[DeviceReading]) -> list[DeviceTarget
             )
         else:
             targets.append(DeviceTarget.gpu(f"{d.id} {d.name}", d.total_bytes))
+    for (name, total), count in remote.items():
+        targets.append(DeviceTarget.gpu(f"cluster {count}x {name}", total))
     if targets:
         return targets
     ram = next((d for d in devices if d.kind == "system" and d.total_bytes), None)

@@ -3,6 +3,11 @@
 Each pane shows used/total as a bar with the selected plan's predicted device peak stacked
 after what is already in use (so "will it fit next to what is running" is one glance), the
 recent history as a sparkline and the processes holding the most memory.
+
+Devices of other nodes (ids ``node/gpu0``, read from a cluster's Prometheus) go into one
+``ClusterPane`` instead: a summary row per node (GPU memory used/total, RAM), each GPU marked
+against the plan; with more than a few nodes one line per node, led by the node closest to
+running out, so that dozens of nodes stay readable at 80x24.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from textual.widget import Widget
 from trainmem.app.widgets.bars import VERDICT_STYLE, sparkline, usage_bar
 from trainmem.core.fit import judge_fit
 from trainmem.core.units import fmt_bytes
+from trainmem.devices.promql import node_of
 
 if TYPE_CHECKING:  # the sampler imports these, after the first frame
     from trainmem.devices.sampler import HistoryPoint
@@ -163,6 +169,157 @@ class DevicePane(Widget):
         return lines
 
 
+# Up to this many nodes (and GPUs in all), each GPU has a line of its own.
+FEW_NODES = 4
+FEW_GPUS = 16
+
+
+def _free_fraction(d: DeviceReading) -> float | None:
+    if d.unavailable or not d.total_bytes or d.free_bytes is None:
+        return None
+    return d.free_bytes / d.total_bytes
+
+
+def _plan_mark(d: DeviceReading, plan: int | None) -> Text:
+    """``✓``, ``!`` or ``✗ 2.1 GB short``: the plan's peak against what the GPU has free."""
+    if plan is None or d.total_bytes is None or d.used_bytes is None:
+        return Text()
+    verdict = judge_fit(plan, d.id, d.total_bytes - d.used_bytes)
+    style = VERDICT_STYLE.get(verdict.verdict, "")
+    if verdict.verdict == "too big":
+        return Text(f"✗ {fmt_bytes(-verdict.headroom_bytes)} short", style=style)
+    return Text("✓" if verdict.verdict == "fits" else "! tight", style=style)
+
+
+def _pair(used: int, total: int) -> str:
+    """``60/320 GB``: whole GB, enough for a summary row."""
+    return f"{used / 1e9:.0f}/{fmt_bytes(total, digits=0)}"
+
+
+class _Node:
+    """One node's devices, as the cluster pane summarises them."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.gpus: list[DeviceReading] = []
+        self.ram: DeviceReading | None = None
+
+    def live_gpus(self) -> list[DeviceReading]:
+        return [
+            g for g in self.gpus if not g.unavailable and g.total_bytes and g.used_bytes is not None
+        ]
+
+    def tightest(self) -> tuple[float, DeviceReading] | None:
+        """(free fraction, device) of the GPU with least free memory (RAM on a CPU node)."""
+        pool = self.gpus or ([self.ram] if self.ram else [])
+        found = [(f, d) for d in pool if (f := _free_fraction(d)) is not None]
+        return min(found, key=lambda x: x[0]) if found else None
+
+    def summary(self, plan: dict[str, int | None]) -> Text:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(self.name, style="bold")
+        live = self.live_gpus()
+        if self.gpus:
+            used = sum(g.used_bytes or 0 for g in live)
+            total = sum(g.total_bytes or 0 for g in live)
+            line.append(f"  {len(self.gpus)} GPU ")
+            if live:
+                line.append(_pair(used, total))
+            down = len(self.gpus) - len(live)
+            if down:
+                line.append(f" {down} unavailable", style="bold")
+        ram = self.ram
+        if (
+            ram is not None
+            and not ram.unavailable
+            and ram.total_bytes
+            and ram.used_bytes is not None
+        ):
+            line.append(f"  RAM {_pair(ram.used_bytes, ram.total_bytes)}")
+        marks = [_plan_mark(g, plan.get(g.id)) for g in live if plan.get(g.id) is not None]
+        if marks:
+            fits = sum(1 for m in marks if m.plain.startswith(("✓", "!")))
+            style = VERDICT_STYLE[
+                "fits" if fits == len(marks) else "too big" if not fits else "tight"
+            ]
+            line.append(f"  plan fits {fits}/{len(self.gpus)}", style=style)
+        stale = max((d.stale_s or 0 for d in [*self.gpus, *([ram] if ram else [])]), default=0)
+        if stale:
+            line.append(f"  stale {stale:.0f}s", style="dim")
+        everything = [*self.gpus, *([ram] if ram else [])]
+        if everything and all(d.unavailable for d in everything):
+            line.append(f"  unavailable: {everything[0].unavailable}")
+        return line
+
+
+class ClusterPane(Widget):
+    """Every remote node: a summary row each, and with few nodes a line per GPU."""
+
+    DEFAULT_CSS = "ClusterPane { height: auto; column-span: 2; }"
+
+    def __init__(self) -> None:
+        super().__init__(id="cluster", classes="device-pane")
+        self.nodes: list[_Node] = []
+        self.plan_bytes: dict[str, int | None] = {}
+
+    def update_nodes(
+        self, devices: Sequence[DeviceReading], plan_bytes: dict[str, int | None]
+    ) -> None:
+        before = len(self._lines(80))
+        nodes: dict[str, _Node] = {}
+        for d in devices:
+            node = nodes.setdefault(node_of(d.id) or d.id, _Node(node_of(d.id) or d.id))
+            if d.kind == "system":
+                node.ram = d
+            else:
+                node.gpus.append(d)
+        self.nodes, self.plan_bytes = list(nodes.values()), plan_bytes
+        self.set_class(any(low_free(g) for n in self.nodes for g in n.gpus), "-low")
+        self.refresh(layout=len(self._lines(80)) != before)
+
+    def render(self) -> RenderableType:
+        return AtWidth(self._lines)
+
+    def _lines(self, width: int) -> list[Text]:
+        width = max(10, width)
+        gpus = sum(len(n.gpus) for n in self.nodes)
+        head = Text(no_wrap=True, overflow="ellipsis")
+        head.append(f"{len(self.nodes)} node{'s' * (len(self.nodes) != 1)}, {gpus} GPUs")
+        tight = [(t[0], n, t[1]) for n in self.nodes if (t := n.tightest()) is not None]
+        if tight:
+            fraction, node, d = min(tight, key=lambda x: x[0])
+            what = d.id.partition("/")[2]
+            head.append(" · closest to full: ")
+            head.append(node.name, style="bold")
+            head.append(f" {what} {fmt_bytes(d.free_bytes or 0)} free ({100 * fraction:.0f}%)")
+        lines = [head]
+        detailed = len(self.nodes) <= FEW_NODES and gpus <= FEW_GPUS
+        for node in self.nodes:
+            lines.append(node.summary(self.plan_bytes))
+            if detailed:
+                lines.extend(self._gpu_line(g, width) for g in node.gpus)
+        return lines
+
+    def _gpu_line(self, g: DeviceReading, width: int) -> Text:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        label = f"  {g.id.partition('/')[2]} "
+        line.append(label)
+        if g.unavailable or g.total_bytes is None or g.used_bytes is None:
+            line.append(f"unavailable: {g.unavailable or 'no memory reading'}")
+            return line
+        plan = self.plan_bytes.get(g.id)
+        mark = _plan_mark(g, plan)
+        figures = f" {fmt_bytes(g.used_bytes)}/{fmt_bytes(g.total_bytes)} "
+        room = width - len(label) - len(figures) - max(mark.cell_len, 1)
+        verdict = judge_fit(plan, g.id, g.total_bytes - g.used_bytes) if plan else None
+        style = VERDICT_STYLE.get(verdict.verdict, "") if verdict else ""
+        if room >= 8:
+            line.append_text(usage_bar(room, g.used_bytes, g.total_bytes, plan, style))
+        line.append(figures)
+        line.append_text(mark)
+        return line
+
+
 HISTORY_POINTS = 240
 
 
@@ -200,10 +357,16 @@ class DevicesPanel(Container):
         history: dict[str, list[int | None]],
         plan_bytes: dict[str, int | None],
     ) -> None:
+        local = [d for d in devices if node_of(d.id) is None]
+        remote = [d for d in devices if node_of(d.id) is not None]
         panes = {p.reading.id: p for p in self.query(DevicePane)}
-        if [d.id for d in devices] != list(panes):
+        clusters = list(self.query(ClusterPane))
+        if [d.id for d in local] != list(panes) or bool(remote) != bool(clusters):
             self.remove_children()
-            panes = {d.id: DevicePane(d) for d in devices}
-            self.mount_all(panes.values())
-        for d in devices:
+            panes = {d.id: DevicePane(d) for d in local}
+            clusters = [ClusterPane()] if remote else []
+            self.mount_all([*panes.values(), *clusters])
+        for d in local:
             panes[d.id].update_reading(d, history.get(d.id, ()), plan_bytes.get(d.id))
+        if clusters:  # one pane for all nodes: nodes coming and going remount nothing
+            clusters[0].update_nodes(remote, plan_bytes)
