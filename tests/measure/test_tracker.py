@@ -1,6 +1,6 @@
 """Validation of bench/measure/tracker.py on cases whose answer is known exactly.
 
-Needs torch (skipped cleanly without it); CI does not install torch.
+Needs torch (skipped cleanly without it); `make test` and CI install the CPU build.
 """
 
 from __future__ import annotations
