@@ -112,3 +112,22 @@ async def test_in_the_dashboard_at_80x24(demo_app: Callable[..., TrainmemApp]) -
         sampler.push(snapshot(list(first.devices), 3))  # type: ignore[attr-defined]
         await settle(app, pilot)
         assert panel.query_one(ClusterPane) is pane and "node-12  8 GPU" in plain(pane)
+
+
+async def test_the_monitor_compares_each_cluster_gpu_and_names_the_closest_to_full(
+    demo_app: Callable[..., TrainmemApp],
+) -> None:
+    from textual.widgets import DataTable
+
+    app = demo_app(sampler_factory=demo_sampler_factory([snapshot(cluster(3, 2))]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("f4")
+        await settle(app, pilot)
+        table = app.screen.query_one("#monitor-table", DataTable)
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        hint = plain(app.screen.query_one("#monitor-free"))
+    gpus = [r for r in rows if r[0].startswith("node-")]
+    assert len(gpus) == 6  # one rank per GPU, each against the per-GPU prediction
+    assert all(r[5] for r in gpus)
+    assert "Closest to running out: node-3/gpu1" in hint

@@ -3,6 +3,7 @@ plan's predicted device peak, and a warning when a device runs low on free memor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -20,7 +21,7 @@ from trainmem.app.widgets.devices import (
 )
 from trainmem.app.widgets.keybar import KeyBar
 from trainmem.core.units import fmt_bytes
-from trainmem.devices.snapshot import Snapshot
+from trainmem.devices.snapshot import DeviceReading, Snapshot
 from trainmem.planner.report import Report
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 
 COLUMNS = (  # width 0: the process column takes what the others leave
-    ("Device", 6),
+    ("Device", 12),  # node-12/gpu7 on a cluster
     ("PID", 7),
     ("Process", 0),
     ("Used", 8),
@@ -52,6 +53,16 @@ def difference(observed: int, predicted: int) -> tuple[str, str]:
     sign = "+" if diff >= 0 else "−"
     pct = 100 * abs(diff) / predicted if predicted else 0.0
     return f"{sign}{abs(diff) / 1e9:.1f} GB", f"{sign}{pct:.0f}%"
+
+
+def closest_to_full(devices: Sequence[DeviceReading]) -> DeviceReading | None:
+    """The GPU with the least free memory (the first to fail with out-of-memory)."""
+    gpus = [
+        d
+        for d in devices
+        if d.kind != "system" and d.free_bytes is not None and d.unavailable is None
+    ]
+    return min(gpus, key=lambda d: d.free_bytes or 0, default=None)
 
 
 class MonitorScreen(Screen[None]):
@@ -135,6 +146,23 @@ class MonitorScreen(Screen[None]):
                         "the next allocation may fail with out-of-memory",
                         style="bold",
                     )
+                if "/" in d.id and not d.processes and d.used_bytes is not None:
+                    # A cluster GPU (Prometheus): one rank per GPU, its memory is the run's.
+                    used = d.used_bytes
+                    cells_gpu: list[str | Text] = [
+                        d.id,
+                        "",
+                        "GPU memory (from the cluster)",
+                        fmt_bytes(used),
+                        "",
+                        "",
+                        "",
+                    ]
+                    if predicted is not None:
+                        gb, pct = difference(used, predicted)
+                        style = "bold #e85f5f" if used > predicted else ""
+                        cells_gpu[5:] = [Text(gb, style=style), Text(pct, style=style)]
+                    table.add_row(*cells_gpu)
                 for proc in sorted(d.processes, key=lambda p: -(p.used_bytes or 0)):
                     used, peak = proc.used_bytes, proc.peak_used_bytes or proc.used_bytes
                     cells: list[str | Text] = [
@@ -158,6 +186,13 @@ class MonitorScreen(Screen[None]):
         warn.update(warning)
         warn.display = bool(warning)
         hint = "  ·  ".join(free_lines) if free_lines else "No GPU found: nothing to monitor."
+        closest = closest_to_full(snapshot.devices) if snapshot is not None else None
+        if closest is not None and len(free_lines) > 1:
+            hint = (
+                f"Closest to running out: {closest.id} "
+                f"({fmt_bytes(closest.free_bytes or 0)} free of "
+                f"{fmt_bytes(closest.total_bytes or 0)})\n" + hint
+            )
         if predicted is not None:
             hint += (
                 f"\nProcesses holding at least {RUN_FRACTION:.0%} of the prediction are "
