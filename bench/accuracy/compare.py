@@ -176,6 +176,7 @@ def render(rows: list[dict[str, Any]], meta: list[dict[str, Any]], command: str)
             + (
                 f" r{p.lora_rank} {p.lora_targets} {p.lora_dropout:g}"
                 + (" kbit-prep" if p.method == "qlora" and p.kbit_prep else "")
+                + (" no-double-quant" if p.method == "qlora" and not p.double_quant else "")
                 if p.method != "full"
                 else ""
             )

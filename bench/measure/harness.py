@@ -105,6 +105,8 @@ def case_key(plan: TrainmemPlan) -> str:
         parts.append("kbit" if plan.kbit_prep else "nokbit")
     if plan.stack != "trainer":  # ids of earlier records (all Trainer-style) stay as they were
         parts.append(plan.stack)
+    if plan.training.quantized_base and not plan.double_quant:
+        parts.append("nodq")
     return "/".join(parts)
 
 
@@ -182,7 +184,7 @@ def _from_config(config: Any, dtype: torch.dtype, attn: str) -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=dtype)
 
 
-def _qlora_base(config: Any, attn: str, device: str) -> torch.nn.Module:
+def _qlora_base(config: Any, attn: str, device: str, double_quant: bool = True) -> torch.nn.Module:
     """QLoRA needs from_pretrained (quantisation happens at load): save random bf16
     weights to a temp dir and load them back through BitsAndBytesConfig."""
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
@@ -193,7 +195,7 @@ def _qlora_base(config: Any, attn: str, device: str) -> torch.nn.Module:
         bnb = BitsAndBytesConfig(
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
-            bnb_4bit_use_double_quant=True,
+            bnb_4bit_use_double_quant=double_quant,
             bnb_4bit_compute_dtype=torch.bfloat16,
         )
         return AutoModelForCausalLM.from_pretrained(
@@ -227,7 +229,7 @@ def build(
     if plan.method == "qlora":
         from peft import prepare_model_for_kbit_training
 
-        model = _qlora_base(config, plan.attn, device)
+        model = _qlora_base(config, plan.attn, device, plan.double_quant)
         if plan.kbit_prep:
             # casts every non-4bit parameter (embeddings, norms, lm_head) to fp32 and,
             # with use_gradient_checkpointing, enables GC (use_reentrant=True unless told otherwise)
@@ -679,6 +681,24 @@ def stack_cases() -> list[Case]:
     return cases
 
 
+def quant_cases() -> list[Case]:
+    """NF4 without double quantization (an fp32 absmax per block of 64), real QLoRA loads."""
+    real = "SmolLM2-135M"
+    cases: list[Case] = []
+    for kbit in (True, False):  # NF4 without double quantization (fp32 absmax per block)
+        plan = dataclasses.replace(qlora(kbit, seq_len=128, batch=1), double_quant=False)
+        cases.append((real, plan, "real", 0))
+    cases.append(
+        (
+            "Qwen2.5-0.5B",
+            dataclasses.replace(qlora(True, seq_len=128, batch=1), double_quant=False),
+            "real",
+            0,
+        )
+    )
+    return cases
+
+
 def cases_for(subset: str) -> list[Case]:
     if subset == "quick":
         return fake_vs_real_cases(True) + qlora_cases(True) + analysis_cases()[:1] + fake_grid(True)
@@ -686,6 +706,8 @@ def cases_for(subset: str) -> list[Case]:
         return fake_vs_real_cases(False) + qlora_cases(False) + analysis_cases() + fake_grid(False)
     if subset == "stacks":
         return stack_cases()
+    if subset == "quant":
+        return quant_cases()
     if subset == "moe":
         return moe_cases()
     if subset == "gpu":
@@ -766,7 +788,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--subset", choices=["quick", "full", "gpu", "moe", "stacks"], default="quick")
+    ap.add_argument(
+        "--subset", choices=["quick", "full", "gpu", "moe", "stacks", "quant"], default="quick"
+    )
     ap.add_argument("--out", default=None)
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")

@@ -80,3 +80,17 @@ def test_fields_that_do_not_apply_are_named_in_the_notes():
         estimate(Plan(method="full", lora_rank=64), SPEC).allocated_bytes
         == estimate(Plan(method="full"), SPEC).allocated_bytes
     )
+
+
+def test_nf4_without_double_quantization_keeps_an_fp32_absmax_per_block():
+    """bitsandbytes quantize_4bit, blocksize 64: 0.5 byte + 4/64 (fp32 absmax) per weight;
+    nested quantization stores a uint8 absmax per block and an fp32 one per 256 blocks."""
+    spec = spec_from_count(8_000_000_000, "8B")
+    plan = Plan(method="qlora")
+    q = spec.layers * spec.layer_weight_elements
+    dq = estimate(plan, spec).component("weights")
+    plain = estimate(Plan(method="qlora", double_quant=False), spec).component("weights")
+    assert plain - dq == round(q * (0.5 + 4 / 64)) - round(q * (0.5 + 1 / 64 + 4 / 16384))
+    assert estimate(Plan(method="lora", double_quant=False), spec).component("weights") == estimate(
+        Plan(method="lora"), spec
+    ).component("weights")  # no quantized base

@@ -153,6 +153,17 @@ class Plan:
             applies=_quantized,
         ),
     )
+    double_quant: bool = plan_field(
+        True,
+        FieldSpec(
+            "bool",
+            "Double quant",
+            "NF4 with bitsandbytes' nested quantization of the absmax (bnb_4bit_use_double_quant; "
+            "on in axolotl and LLaMA-Factory, off in a bare BitsAndBytesConfig)",
+            advanced=True,
+            applies=_quantized,
+        ),
+    )
     attn: str = plan_field(
         "sdpa",
         FieldSpec(

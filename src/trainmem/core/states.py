@@ -14,10 +14,12 @@ from trainmem.core.architecture import PEFT_ADAPTS_EXPERTS, Linear, ModelSpec
 from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes
 
-# bitsandbytes NF4 with double quantization (bitsandbytes/functional.py quantize_4bit,
-# blocksize 64; absmax re-quantized to uint8 in blocks of 256 with an fp32 absmax per block):
-# 4 bits per weight + 1 byte per 64 weights + 4 bytes per 64*256 weights.
+# bitsandbytes NF4 (bitsandbytes/functional.py quantize_4bit, blocksize 64 as transformers
+# passes none; 0.50.2): 4 bits per weight and an fp32 absmax per block of 64. Double
+# quantization (compress_statistics) re-quantizes the absmax to uint8 in blocks of 256 with an
+# fp32 absmax per block: 4 bits + 1 byte per 64 weights + 4 bytes per 64*256 weights.
 NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
+NF4_NO_DOUBLE_QUANT_BYTES_PER_PARAM = 0.5 + 4 / 64
 # bitsandbytes 8-bit blockwise optimizers: uint8 state + fp32 absmax per block of 256
 # (bitsandbytes/optim/optimizer.py Optimizer8bit.init_state, block_wise=True).
 ADAM8BIT_BYTES_PER_STATE = 1 + 4 / 256
@@ -128,7 +130,10 @@ def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
     if plan.training.base == "nf4":
         q_elems = spec.layers * spec.layer_weight_elements
         other = params - q_elems  # embeddings, lm_head, norms and biases stay unquantized
-        weights = round(q_elems * NF4_BYTES_PER_PARAM) + other * dt.resid
+        per_param = (
+            NF4_BYTES_PER_PARAM if plan.double_quant else NF4_NO_DOUBLE_QUANT_BYTES_PER_PARAM
+        )
+        weights = round(q_elems * per_param) + other * dt.resid
     else:
         weights = params * dt.weight
     adapter = trainable * dt.trainable if plan.trains_adapter else 0
