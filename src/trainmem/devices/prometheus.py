@@ -53,7 +53,7 @@ from trainmem.devices.promql import (
     host_of,
     queries,
 )
-from trainmem.devices.snapshot import DeviceKind, DeviceReading, ProcessReading
+from trainmem.devices.snapshot import DeviceKind, DeviceReading, ProcessReading, without_figures
 from trainmem.devices.source import SourceUnavailable
 
 MiB = 2**20
@@ -372,18 +372,7 @@ def _aged(d: DeviceReading, sampled_at: float | None, now: float, after: float) 
 
 
 def _gone(d: DeviceReading, away: float) -> DeviceReading:
-    return DeviceReading(
-        id=d.id,
-        kind=d.kind,
-        name=d.name,
-        total_bytes=None,
-        used_bytes=None,
-        free_bytes=None,
-        usable_bytes=None,
-        unavailable=f"missing from Prometheus's answers for {away:.0f} s",
-        index=d.index,
-        uuid=d.uuid,
-    )
+    return without_figures(d, f"missing from Prometheus's answers for {away:.0f} s")
 
 
 def _order(d: DeviceReading) -> tuple[Any, ...]:

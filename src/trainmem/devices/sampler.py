@@ -26,7 +26,13 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from trainmem.devices.nvml import NvmlReader, default_reader
-from trainmem.devices.snapshot import DeviceReading, NvmlStatus, ProcessReading, Snapshot
+from trainmem.devices.snapshot import (
+    DeviceReading,
+    NvmlStatus,
+    ProcessReading,
+    Snapshot,
+    without_figures,
+)
 from trainmem.devices.source import (
     AppleSource,
     DeviceSource,
@@ -130,7 +136,9 @@ class _SourceState:
         """The latest answer as it should be shown at ``now`` (monotonic)."""
         latest = self.latest
         if latest.error is not None:
-            return tuple(_unavailable(d, latest.error) for d in latest.readings or (self._ghost(),))
+            return tuple(
+                without_figures(d, latest.error) for d in latest.readings or (self._ghost(),)
+            )
         if latest.readings is None or latest.answered_at is None:
             return (dataclasses.replace(self._ghost(), stale_s=now - self.since),)
         age = now - latest.answered_at
@@ -141,26 +149,10 @@ class _SourceState:
     def _ghost(self) -> DeviceReading:
         """Stands for the source's devices until it first answers."""
         name = self.source.name
-        return _unavailable(
+        return without_figures(
             DeviceReading(name, self.source.kind, name, None, None, None, None),
             f"no answer from {name} yet",
         )
-
-
-def _unavailable(d: DeviceReading, reason: str) -> DeviceReading:
-    """The device, same id and name, with no figures and the reason."""
-    return DeviceReading(
-        id=d.id,
-        kind=d.kind,
-        name=d.name,
-        total_bytes=None,
-        used_bytes=None,
-        free_bytes=None,
-        usable_bytes=None,
-        unavailable=reason,
-        index=d.index,
-        uuid=d.uuid,
-    )
 
 
 def _one_line(name: str, err: BaseException) -> str:

@@ -175,3 +175,19 @@ class Snapshot:
             "devices": [d.to_json() for d in self.devices],
             "nvml": self.nvml.to_json(),
         }
+
+
+def without_figures(d: DeviceReading, reason: str) -> DeviceReading:
+    """The device, same id and name, with no figures and the reason."""
+    return DeviceReading(
+        id=d.id,
+        kind=d.kind,
+        name=d.name,
+        total_bytes=None,
+        used_bytes=None,
+        free_bytes=None,
+        usable_bytes=None,
+        unavailable=reason,
+        index=d.index,
+        uuid=d.uuid,
+    )
