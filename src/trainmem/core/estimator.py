@@ -20,7 +20,7 @@ from trainmem.core.activations import (
 )
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.plan import Plan
-from trainmem.core.precision import dtypes
+from trainmem.core.precision import Dtypes, dtypes
 from trainmem.core.rule_of_thumb import rule_of_thumb_bytes
 from trainmem.core.runtime import RUNTIME_COMPONENTS, runtime_note, runtime_overhead
 from trainmem.core.states import States, model_states
@@ -117,21 +117,24 @@ class Step:
         }
 
 
-def _loop_output(plan: Plan, spec: ModelSpec, tokens: int, output: int) -> dict[str, int | bool]:
+def _loop_output(
+    plan: Plan, spec: ModelSpec, precision: Dtypes, tokens: int, output: int
+) -> tuple[int, int, bool]:
     """What a hand-written loop's ``out`` holds past the loss (docs/research/
     training-stacks.md section 3, from transformers 5.24): ``out.logits`` in the model's output
     dtype, and without checkpointing the DynamicCache (``use_cache`` falls back to the
     config's True; cache_utils.py DynamicLayer.update copies k/v with torch.cat). With SDPA,
     or eager without GQA, the cache tensors are the k/v attention saves; with eager and GQA
-    attention saves ``repeat_kv`` copies and the cache is extra."""
+    attention saves ``repeat_kv`` copies and the cache is extra.
+    Returns (kept output, cache, whether the cache is the saved k/v)."""
     if plan.stack != "loop":
-        return {}
+        return 0, 0, True
     cache = 0
     if not plan.grad_ckpt:  # checkpointing in training forces use_cache off
-        cache_e = 2 if plan.precision.endswith("-mixed") else dtypes(plan).act
+        cache_e = 2 if precision.autocast else precision.act  # k/v as attention gets them
         cache = 2 * spec.layers * tokens * spec.kv_dim * cache_e
     gqa_eager = plan.attn == "eager" and spec.kv_heads != spec.heads
-    return {"kept_output": tokens * output, "cache": cache, "cache_is_saved": not gqa_eager}
+    return tokens * output, cache, not gqa_eager
 
 
 def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
@@ -177,6 +180,7 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
         kept_per_layer = layer_saved + copy_layer
         recompute = forward_copies = 0
         saved_after_forward = layers * kept_per_layer + head_saved + copy_head
+    kept_output, cache, cache_is_saved = _loop_output(plan, spec, precision, tokens, head.output)
     return Step(
         states=states,
         layers=layers,
@@ -192,65 +196,61 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
         grad_embed=grad_embed,
         grad_layer=grad_layer,
         tied_sum=2 * grad_head if method.trains_base and spec.tied_embeddings else 0,
-        **_loop_output(plan, spec, tokens, head.output),  # type: ignore[arg-type]
+        kept_output=kept_output,
+        cache=cache,
+        cache_is_saved=cache_is_saved,
     )
 
 
-def _held(s: Step, layers_freed: int) -> int:
-    """What a loop's ``out`` holds beyond what the moment counts already, once backward has
-    freed the saved tensors of ``layers_freed`` layers."""
+def _cache_held(s: Step, layers_freed: int) -> int:
+    """The part of a loop's KV cache that the moment does not count already, once backward
+    has freed the saved tensors of ``layers_freed`` layers (0 outside a loop)."""
     if s.cache_is_saved:
-        return s.kept_output + s.cache * layers_freed // s.layers
-    return s.kept_output + s.cache
+        return s.cache * layers_freed // s.layers
+    return s.cache
 
 
 def forward_and_loss(s: Step) -> dict[str, int]:
     """End of forward: every saved activation, the logits and the loss's fp32 upcast
     (transformers/loss/loss_utils.py ForCausalLMLoss: ``logits.float()``)."""
-    extra = 0 if s.cache_is_saved else s.cache
-    return s.alive(s.saved_after_forward + extra, s.logits_forward, 0, s.forward_copies + s.dequant)
+    activations = s.saved_after_forward + _cache_held(s, 0)
+    return s.alive(activations, s.logits_forward, 0, s.forward_copies + s.dequant)
 
 
 def loss_backward(s: Step) -> dict[str, int]:
     """log_softmax backward: grad input, grad output and the saved fp32 output at once (and a
     loop's ``out.logits``)."""
-    return s.alive(
-        s.saved_after_forward + _held(s, 0) - s.kept_output, s.loss_backward + s.kept_output, 0, 0
-    )
+    activations = s.saved_after_forward + _cache_held(s, 0)
+    return s.alive(activations, s.loss_backward + s.kept_output, 0, 0)
 
 
 def backward_last_layer(s: Step) -> dict[str, int]:
     """Backward through the last layer: its saves (recomputed under checkpointing) and those
     of every layer below are alive; the head's gradient exists."""
-    activations = s.layers * s.kept_per_layer + s.recompute + _held(s, 0) - s.kept_output
+    activations = s.layers * s.kept_per_layer + s.recompute + _cache_held(s, 0)
     grads = s.grad_head + s.grad_layer
     return s.alive(activations, s.kept_output, grads, s.layer_transient + s.dequant)
 
 
 def backward_first_layer(s: Step) -> dict[str, int]:
     """Backward through the first layer: every layer's gradient, one layer's activations."""
+    activations = s.kept_per_layer + s.recompute + _cache_held(s, s.layers - 1)
     grads = s.grad_head + s.layers * s.grad_layer
-    held = _held(s, s.layers - 1) - s.kept_output
-    return s.alive(
-        s.kept_per_layer + s.recompute + held,
-        s.kept_output,
-        grads,
-        s.layer_transient + s.dequant,
-    )
+    return s.alive(activations, s.kept_output, grads, s.layer_transient + s.dequant)
 
 
 def backward_embedding(s: Step) -> dict[str, int]:
     """The embedding's backward. A tied weight's two gradients (lm_head's, held in autograd's
     input buffer since backward began, and the embedding's) are summed out of place before
     AccumulateGrad (torch/csrc/autograd/input_buffer.cpp): old, new and sum are alive."""
-    held = _held(s, s.layers) - s.kept_output
+    held = _cache_held(s, s.layers)
     return s.alive(held, s.kept_output, s.states.gradients, s.tied_sum)
 
 
 def optimizer_step(s: Step) -> dict[str, int]:
     """optimizer.step(): gradients, states and the optimizer's own temporaries (and a loop's
     ``out``, alive until the next forward replaces it)."""
-    held = _held(s, s.layers) - s.kept_output
+    held = _cache_held(s, s.layers)
     return s.alive(held, s.kept_output, s.states.gradients, s.states.optimizer_temp)
 
 
