@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from trainmem.core.errors import PlanError
 from trainmem.core.units import fmt_count
+
+T = TypeVar("T")
 
 # model_type -> per-architecture facts transformers hard-codes rather than reads from config.
 _NORMS_PER_LAYER = {"gemma2": 4, "gemma3_text": 4, "gemma3": 4}
@@ -266,12 +268,7 @@ def _int(cfg: dict[str, Any], key: str, default: object = None) -> int:
 
 
 def _flag(cfg: dict[str, Any], key: str, default: bool) -> bool:
-    value = cfg.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise PlanError("model", f"config.json field {key!r} must be true or false")
-    return value
+    return _typed(cfg, key, bool, "true or false", default)
 
 
 def _softcap(cfg: dict[str, Any], key: str) -> bool:
@@ -285,11 +282,16 @@ def _softcap(cfg: dict[str, Any], key: str) -> bool:
 
 
 def _text(cfg: dict[str, Any], key: str, default: str) -> str:
+    return _typed(cfg, key, str, "a string", default)
+
+
+def _typed(cfg: dict[str, Any], key: str, kind: type[T], what: str, default: T) -> T:
+    """An optional field of one JSON type (missing or null: ``default``)."""
     value = cfg.get(key)
     if value is None:
         return default
-    if not isinstance(value, str):
-        raise PlanError("model", f"config.json field {key!r} must be a string")
+    if not isinstance(value, kind):
+        raise PlanError("model", f"config.json field {key!r} must be {what}")
     return value
 
 
@@ -346,8 +348,7 @@ def spec_from_config(
     experts, per_token = _experts(cfg)
     notes: list[str] = []
     if model_type not in _KNOWN:
-        shown = model_type if len(model_type) <= 40 else model_type[:37] + "..."
-        notes.append(f"model_type {shown!r} is not modelled exactly; assumed Llama-like")
+        notes.append(f"model_type {_show(model_type)} is not modelled exactly; assumed Llama-like")
     attention_bias = _flag(cfg, "attention_bias", False)
     spec = ModelSpec(
         name=name,
