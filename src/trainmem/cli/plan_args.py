@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 from trainmem.core.architecture import ModelSpec
@@ -16,21 +15,16 @@ from trainmem.sources.resolve import resolve_model
 GROUP = "plan"
 
 
-def _whole_number(text: str) -> int:
-    try:
-        return int(text.replace("_", "").replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+def _typed(spec: FieldSpec) -> Any:
+    """The field's own text parser, its message as argparse's one-line error."""
 
+    def parse(text: str) -> Any:
+        try:
+            return spec.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
-def _finite(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return value
+    return parse
 
 
 def _choice_type(spec: FieldSpec) -> Any:
@@ -54,8 +48,7 @@ def _add(group: argparse._ArgumentGroup, spec: FieldSpec) -> None:
             help=help_text,
         )
     else:
-        kind = {"int": _whole_number, "float": _finite, "text": str}[spec.kind]
-        group.add_argument(spec.flag, type=kind, default=spec.default, help=help_text)
+        group.add_argument(spec.flag, type=_typed(spec), default=spec.default, help=help_text)
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:

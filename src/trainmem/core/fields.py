@@ -85,6 +85,26 @@ class FieldSpec:
             return f"{value:g}"
         return str(value)
 
+    def parse(self, text: str) -> Any:
+        """A value of this field from typed text (the form, a flag); ValueError with a short
+        reason when it is not one. Only the type is read here: ``check`` judges the value."""
+        text = text.strip()
+        if self.kind == "int":
+            cleaned = text.replace(",", "").replace("_", "")  # 4,096 and 4_096
+            digits = cleaned[1:] if cleaned[:1] in ("+", "-") else cleaned
+            if not digits.isdigit():
+                raise ValueError(f"{text or 'empty'!r} is not a whole number")
+            return int(cleaned)
+        if self.kind == "float":
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(f"{text or 'empty'!r} is not a number") from None
+            if not math.isfinite(value):
+                raise ValueError(f"{text!r} is not a finite number")
+            return value
+        return text
+
     def range_text(self) -> str:
         low = "" if self.low is None else _number(self.low)
         high = "" if self.high is None else _number(self.high)
@@ -122,8 +142,7 @@ class FieldSpec:
         )
         too_high = self.high is not None and value > self.high
         if too_low or too_high:
-            shown = f"{value:,}" if isinstance(value, int) else f"{value:g}"
-            raise PlanError(self.name, f"{shown} is outside {self.range_text()}")
+            raise PlanError(self.name, f"{_number(value)} is outside {self.range_text()}")
         return value
 
 

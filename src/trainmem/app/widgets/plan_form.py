@@ -7,7 +7,6 @@ The form only parses what was typed (a number is a number); the plan's own rules
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -67,28 +66,6 @@ class FieldInput(Input):
             select_on_focus=False,
             classes="-textual-compact -valid",
         )
-
-
-def parse_int(text: str) -> int:
-    """Whole numbers, allowing 4,096 and 4_096."""
-    cleaned = text.strip().replace(",", "").replace("_", "")
-    if not cleaned.lstrip("-").isdigit():
-        raise ValueError(f"{text.strip() or 'empty'!r} is not a whole number")
-    return int(cleaned)
-
-
-def parse_float(text: str) -> float:
-    """Finite numbers (0.05, 1e-2); NaN and infinities are refused."""
-    try:
-        value = float(text.strip())
-    except ValueError:
-        raise ValueError(f"{text.strip() or 'empty'!r} is not a number") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{text.strip()!r} is not a finite number")
-    return value
-
-
-PARSERS = {"int": parse_int, "float": parse_float}
 
 
 class PlanForm(VerticalScroll, can_focus=False):
@@ -177,13 +154,8 @@ class PlanForm(VerticalScroll, can_focus=False):
         for field in FIELDS:
             widget = self.query_one(f"#f-{field.name}")
             if isinstance(widget, Input):
-                text = widget.value
-                parse = PARSERS.get(field.kind)
-                if parse is None:
-                    values[field.name] = text.strip()
-                    continue
                 try:
-                    values[field.name] = parse(text)
+                    values[field.name] = field.parse(widget.value)
                 except ValueError as exc:
                     errors[field.name] = str(exc)
             elif isinstance(widget, Choice):
