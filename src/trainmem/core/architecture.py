@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from trainmem.core.errors import PlanError
-from trainmem.core.units import fmt_count
+from trainmem.core.units import fmt_count, shown
 
 T = TypeVar("T")
 
@@ -238,15 +238,6 @@ LIMITS = {
 MAX_PARAMS = 10**14  # 100T parameters: ~50x the largest published model
 
 
-def _show(value: object) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"a {value.bit_length()}-bit integer"  # str() of a huge int is slow or refused
-    if isinstance(value, (dict, list)):
-        return "an object" if isinstance(value, dict) else "a list"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _int(cfg: dict[str, Any], key: str, default: object = None) -> int:
     """An integer field within LIMITS[key]: ints, or floats with an integral value (4096.0);
     never bools, strings, lists or objects. Missing (or null) with no default is refused."""
@@ -262,7 +253,7 @@ def _int(cfg: dict[str, Any], key: str, default: object = None) -> int:
         kind = "a positive integer" if lo == 1 else f"an integer from {lo}"
         raise PlanError(
             "model",
-            f"config.json field {key!r} must be {kind} up to {hi:,} (got {_show(value)})",
+            f"config.json field {key!r} must be {kind} up to {hi:,} (got {shown(value)})",
         )
     return value
 
@@ -348,7 +339,7 @@ def spec_from_config(
     experts, per_token = _experts(cfg)
     notes: list[str] = []
     if model_type not in _KNOWN:
-        notes.append(f"model_type {_show(model_type)} is not modelled exactly; assumed Llama-like")
+        notes.append(f"model_type {shown(model_type)} is not modelled exactly; assumed Llama-like")
     attention_bias = _flag(cfg, "attention_bias", False)
     spec = ModelSpec(
         name=name,

@@ -32,17 +32,25 @@ MAX_SIZE = 2**64  # bytes (16 EiB): far beyond any device, small enough to be ex
 MAX_COUNT = 10**15  # parameters (1000T)
 
 
-def _shown(text: str, limit: int = 40) -> str:
-    """``text`` for an error message: repr'd, and cut short so the message stays one line."""
-    text = text.strip()
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+def shown(value: object, limit: int = 40) -> str:
+    """A value for a one-line error message: repr'd and cut short (text is stripped first);
+    a huge integer, an object or a list described rather than printed."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit integer"  # str() of a huge int is slow or refused
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "a list"
+    if isinstance(value, str):
+        value = value.strip()
+        return repr(value) if len(value) <= limit else repr(value[:limit]) + "..."
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_size(text: str) -> int:
     """``"24GiB"`` -> 25769803776, ``"80GB"`` -> 80000000000; a bare ``G`` is refused."""
     m = _SIZE.match(text.strip().lower())
     if not m:
-        raise ValueError(f"{_shown(text)} is not a size; use e.g. 24GiB or 80GB")
+        raise ValueError(f"{shown(text)} is not a size; use e.g. 24GiB or 80GB")
     number, unit = m.groups()
     if unit in _AMBIGUOUS:
         u, (dec, bin_) = unit.upper(), _AMBIGUOUS[unit]
@@ -51,15 +59,15 @@ def parse_size(text: str) -> int:
             f"or {number}{u}iB (2^{bin_} bytes)"
         )
     if unit not in _UNITS:
-        raise ValueError(f"{_shown(text)} needs a unit: GB (10^9 bytes) or GiB (2^30 bytes)")
+        raise ValueError(f"{shown(text)} needs a unit: GB (10^9 bytes) or GiB (2^30 bytes)")
     value = float(number) * _UNITS[unit]  # 300+ digits: inf, never an OverflowError here
     if not math.isfinite(value) or value > MAX_SIZE:
         raise ValueError(
-            f"{_shown(text)} is too large; give a size up to 2^64 bytes, e.g. 24GiB or 80GB"
+            f"{shown(text)} is too large; give a size up to 2^64 bytes, e.g. 24GiB or 80GB"
         )
     size = round(value)
     if size <= 0:
-        raise ValueError(f"{_shown(text)} must be larger than zero")
+        raise ValueError(f"{shown(text)} must be larger than zero")
     return size
 
 
@@ -96,7 +104,7 @@ def parse_count(text: str) -> int | None:
     if not math.isfinite(value) or value > MAX_COUNT:
         raise PlanError(
             "model",
-            f"{_shown(text)} is too large a parameter count; "
+            f"{shown(text)} is too large a parameter count; "
             "give one up to 1000T, e.g. 7B, 1.5b, 494M or 70e9",
         )
     return round(value)
