@@ -89,3 +89,22 @@ async def test_save_never_writes_over_a_partly_invalid_file(
         said = [n.message for n in app._notifications]
     assert any("not overwritten" in m for m in said)
     assert path.read_text() == GOOD + BAD
+
+
+async def test_open_of_a_partly_invalid_file_keeps_it_from_being_saved_over(
+    demo_app: Callable[..., TrainmemApp], tmp_path: Path
+) -> None:
+    """Ctrl+O reads files as the start-up does: the valid plans open, the file is protected."""
+    path = tmp_path / "cmp.toml"
+    path.write_text(GOOD + BAD)
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        app._open_from(str(path))  # what the Open prompt calls with the path accepted
+        await settle(app, pilot)
+        assert [p.name for p in app.state.workspace.plans] == ["good"]
+        app._save_to(str(path))
+        await settle(app, pilot)
+        said = [n.message for n in app._notifications]
+    assert any("plan 2 (bad)" in m for m in said) and any("not overwritten" in m for m in said)
+    assert path.read_text() == GOOD + BAD

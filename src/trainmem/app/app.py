@@ -18,7 +18,6 @@ from textual.worker import Worker, WorkerState
 from trainmem.app.messages import (
     DevicesSampled,
     ModelsListed,
-    PlansLoaded,
     PlansOpened,
     PlansProgress,
     PlansSaved,
@@ -30,7 +29,6 @@ from trainmem.sources.paths import session_path
 from trainmem.sources.plan_files import (
     PlanSet,
     PlansFileError,
-    load_plans,
     open_plans,
     save_plans,
 )
@@ -128,7 +126,7 @@ class TrainmemApp(App[None]):
         # A large plans file (the session, or --compare) read after the first frame; plans
         # given by flags stay after the ones it holds.
         self._background = load_in_background
-        self._keep_open = plan_set is not None
+        self._flags_plans = plan_set is not None  # kept after a file read in the background
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -156,7 +154,8 @@ class TrainmemApp(App[None]):
         self.state.sampler.start()
         if self._background is not None:
             self.notify(f"Reading the plans in {self._background}…", timeout=4)
-            self._open_large(self._background, self.state.plans_path != self._background)
+            session = self.state.plans_path != self._background
+            self._open_plans(self._background, session=session, keep=self._flags_plans)
 
     def on_unmount(self) -> None:
         self.state.sampler.stop(timeout=1.0)
@@ -247,29 +246,38 @@ class TrainmemApp(App[None]):
         self.post_message(PlansSaved(str(path), len(plan_set.plans)))
 
     @work(thread=True, exclusive=True, group="plans-file", exit_on_error=False)
-    def _open_large(self, path: Path, session: bool) -> None:
+    def _open_plans(self, path: Path, *, session: bool, keep: bool) -> None:
+        """Read a plans file as the start-up does (trainmem.sources.plan_files.open_plans):
+        the valid plans open, a file with invalid ones is never written over."""
+
         def progress(done: int, total: int) -> None:
             self.post_message(PlansProgress(done, total))
 
-        self.post_message(PlansOpened(path, open_plans(path, session=session, progress=progress)))
+        opened = open_plans(path, session=session, progress=progress)
+        self.post_message(PlansOpened(path, opened, session=session, keep=keep))
 
     def on_plans_progress(self, message: PlansProgress) -> None:
         self.loading_text = f"reading plans {100 * message.done // message.total}%"
 
     def on_plans_opened(self, message: PlansOpened) -> None:
-        opened = message.opened
+        opened, path = message.opened, message.path
         self.loading_text = ""
         for severity, text in opened.messages:
             self.notify(text, severity=severity, timeout=10)  # type: ignore[arg-type]
         self.state.broken_paths.update(p.resolve() for p in opened.broken)
-        if opened.plan_set is not None:
-            ws = self.state.workspace
-            kept = tuple(ws.plans) if self._keep_open else ()
-            plans = opened.plan_set.plans + kept
-            selected = len(opened.plan_set.plans) if kept else opened.plan_set.selected
-            ws.replace_all(PlanSet(plans, selected))
-            self.plans_changed()
-            self.notify(f"Opened {len(opened.plan_set.plans):,} plans from {message.path}")
+        if opened.plan_set is None:
+            return
+        if not opened.broken:  # read whole: saving over it loses nothing
+            self.state.broken_paths.discard(path.resolve())
+        ws = self.state.workspace
+        kept = tuple(ws.plans) if message.keep else ()
+        plans = opened.plan_set.plans + kept
+        selected = len(opened.plan_set.plans) if kept else opened.plan_set.selected
+        ws.replace_all(PlanSet(plans, selected))
+        if not message.session:
+            self.state.plans_path = path
+        self.plans_changed()
+        self.notify(f"Opened {len(opened.plan_set.plans):,} plans from {path}", timeout=4)
 
     def on_plans_saved(self, message: PlansSaved) -> None:
         self.state.plans_path = Path(message.path)
@@ -284,28 +292,7 @@ class TrainmemApp(App[None]):
 
     def _open_from(self, text: str | None) -> None:
         if text:
-            self._read_plans(Path(text).expanduser())
-
-    @work(thread=True, exclusive=True, group="plans-file", exit_on_error=False)
-    def _read_plans(self, path: Path) -> None:
-        try:
-            plan_set = load_plans(path)
-        except PlansFileError as exc:
-            self.post_message(PlansLoaded(str(path), None, str(exc)))
-            return
-        self.post_message(PlansLoaded(str(path), plan_set))
-
-    def on_plans_loaded(self, message: PlansLoaded) -> None:
-        path = Path(message.path)
-        if message.plan_set is None:  # unreadable: reported, and never written over
-            self.state.broken_paths.add(path.resolve())
-            self.notify(message.error or f"{path}: cannot read", severity="error", timeout=10)
-            return
-        self.state.broken_paths.discard(path.resolve())
-        self.state.workspace.replace_all(message.plan_set)
-        self.state.plans_path = path
-        self.plans_changed()
-        self.notify(f"Loaded {len(message.plan_set.plans)} plans from {path}", timeout=4)
+            self._open_plans(Path(text).expanduser(), session=False, keep=False)
 
     def save_session(self) -> str | None:
         """Keep the open plans for the next start; returns an error message or None."""

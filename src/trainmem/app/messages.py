@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from trainmem.core.plan import Plan
     from trainmem.devices.snapshot import Snapshot  # imported by the sampler, after start-up
     from trainmem.planner.report import Report
-    from trainmem.sources.plan_files import Opened, PlanSet
+    from trainmem.sources.plan_files import Opened
 
 
 class DevicesSampled(Message):
@@ -69,19 +69,12 @@ class PlansProgress(Message):
 
 
 class PlansOpened(Message):
-    """A large plans file read at start-up by a worker (sources.plan_files.open_plans)."""
+    """A plans file read by a worker (sources.plan_files.open_plans): Ctrl+O, or a large one
+    at start-up. ``session``: it is the session file; ``keep``: the open plans stay after it."""
 
-    def __init__(self, path: Path, opened: Opened) -> None:
+    def __init__(self, path: Path, opened: Opened, *, session: bool, keep: bool) -> None:
         super().__init__()
         self.path = path
         self.opened = opened
-
-
-class PlansLoaded(Message):
-    """A plans file read by a worker: its plans, or (``plan_set`` None) why it is unreadable."""
-
-    def __init__(self, path: str, plan_set: PlanSet | None, error: str | None = None) -> None:
-        super().__init__()
-        self.path = path
-        self.plan_set = plan_set
-        self.error = error
+        self.session = session
+        self.keep = keep
