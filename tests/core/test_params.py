@@ -1,13 +1,33 @@
 """Parameter counts from the architecture match what transformers builds from each config."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from trainmem.core.architecture import spec_from_config, spec_from_count
-from trainmem.core.plan import Plan
+from trainmem.core.architecture import (
+    LIMITS,
+    MAX_COUNT,
+    MAX_PARAMS,
+    MIN_COUNT,
+    spec_from_config,
+    spec_from_count,
+)
+from trainmem.core.errors import PlanError
+from trainmem.core.estimator import estimate
+from trainmem.core.plan import METHODS, Plan
 from trainmem.core.states import trainable_matrices
 from trainmem.sources import catalog
 
 ENTRIES = catalog.catalog()
+TINY = {  # a small Llama: 2 layers, hidden 512, MHA
+    "model_type": "llama",
+    "hidden_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "intermediate_size": 1024,
+    "vocab_size": 1000,
+}
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
@@ -25,16 +45,7 @@ def test_catalogue_is_broad():
 
 
 def test_gqa_head_dim_and_bias_change_the_count():
-    base = {
-        "model_type": "llama",
-        "hidden_size": 512,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 8,
-        "intermediate_size": 1024,
-        "vocab_size": 1000,
-        "tie_word_embeddings": False,
-    }
+    base = {**TINY, "tie_word_embeddings": False}
     mha = spec_from_config(base, "mha")
     # hand count: embed + head 2*1000*512; per layer q,k,v,o 4*512*512 + mlp 3*512*1024 + 2 norms
     per_layer = 4 * 512 * 512 + 3 * 512 * 1024 + 2 * 512
@@ -95,24 +106,6 @@ def test_moe_lora_adapter_counts(hf_id, targets, expected):
 
 
 # -- bad config values and the assumed shapes of small counts --------------------------------
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from trainmem.core.architecture import LIMITS, MAX_COUNT, MAX_PARAMS, MIN_COUNT  # noqa: E402
-from trainmem.core.errors import PlanError  # noqa: E402
-from trainmem.core.estimator import estimate  # noqa: E402
-from trainmem.core.plan import METHODS  # noqa: E402
-
-TINY = {
-    "model_type": "llama",
-    "hidden_size": 512,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 8,
-    "intermediate_size": 1024,
-    "vocab_size": 1000,
-}
 
 
 def test_limits_are_far_above_every_catalogue_model():
