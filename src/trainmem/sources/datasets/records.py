@@ -1,0 +1,280 @@
+"""Records from a dataset file, one at a time, in constant memory whatever the file's size.
+
+Each reader yields ``(where, record)``: ``where`` is the line a record starts on (JSON Lines,
+JSON, CSV) or its row (Parquet, Arrow), counted from 1; ``record`` is a dict, or a
+:class:`Malformed` saying why that one could not be read. A malformed record is never fatal;
+what cannot be read at all (not a regular file, not UTF-8 from the start, a Parquet file
+without pyarrow) is one ``DatasetError`` line.
+
+The file is opened through ``files.open_file`` (regular files only, checked before opening);
+the size caps of ``files.read_bytes`` do not apply, since a dataset is streamed, but one
+record is capped at ``MAX_RECORD`` bytes.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import gzip
+import io
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, cast
+
+from trainmem.sources import files
+
+MAX_RECORD = 64 * 2**20  # one example of 64 MiB is no training example
+CHUNK = 1 << 20
+BATCH_ROWS = 1024  # rows per Arrow record batch read from Parquet
+_GZIP = b"\x1f\x8b"
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be read at all; ``str()`` is one line naming it."""
+
+
+@dataclass(frozen=True)
+class Malformed:
+    why: str
+
+
+Record = dict[str, Any]
+Item = tuple[int, "Record | Malformed"]
+
+
+def _text_source(raw: IO[bytes]) -> io.BufferedReader:
+    """The file's bytes, buffered (the readers peek), through gzip when it starts with gzip's
+    magic (``.jsonl.gz``, ``.json.gz``)."""
+    f = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast(Any, raw))
+    if f.peek(2)[:2] == _GZIP:
+        return io.BufferedReader(cast(Any, gzip.GzipFile(fileobj=f)), CHUNK)
+    return f
+
+
+def _record(value: Any) -> Record | Malformed:
+    if isinstance(value, dict):
+        return value
+    return Malformed(f"a JSON {type(value).__name__}, not an object")
+
+
+def json_lines(f: IO[bytes]) -> Iterator[Item]:
+    """One JSON object per line; blank lines are skipped, a line over MAX_RECORD is one
+    malformed record (the rest of it is read past, not kept)."""
+    number = 0
+    while True:
+        line = f.readline(MAX_RECORD + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_RECORD and not line.endswith(b"\n"):
+            while (rest := f.readline(CHUNK)) and not rest.endswith(b"\n"):
+                pass
+            yield number, Malformed(f"longer than {MAX_RECORD:,} bytes")
+            continue
+        if not line.strip():
+            continue
+        try:
+            yield number, _record(json.loads(line.decode("utf-8")))
+        except UnicodeDecodeError as exc:
+            yield number, Malformed(f"not UTF-8 (byte {exc.start})")
+        except RecursionError:
+            yield number, Malformed("nested too deeply")
+        except ValueError as exc:  # JSONDecodeError, or an integer over 4,300 digits
+            yield number, Malformed(f"not valid JSON ({_short(exc)})")
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def json_array(f: IO[bytes]) -> Iterator[Item]:
+    """The elements of a top-level JSON array, decoded one at a time with ``raw_decode`` from a
+    buffer that holds one element and a chunk, so a 50 GB array needs no more memory than its
+    largest element. A broken element ends the array: JSON has no line to resync on."""
+    decoder = json.JSONDecoder()
+    text = codecs.getincrementaldecoder("utf-8-sig")()
+    buf, pos, line, eof = "", 0, 1, False
+
+    def more() -> bool:
+        nonlocal buf, pos, eof
+        if eof:
+            return False
+        chunk = f.read(CHUNK)
+        eof = not chunk
+        buf = buf[pos:] + text.decode(chunk, final=eof)
+        pos = 0
+        return True
+
+    def skip(chars: str) -> str:
+        """Skip whitespace and ``chars``; the next other character ('' at the end)."""
+        nonlocal pos, line
+        while True:
+            while pos < len(buf) and (buf[pos].isspace() or buf[pos] in chars):
+                line += buf[pos] == "\n"
+                pos += 1
+            if pos < len(buf) or not more():
+                return buf[pos] if pos < len(buf) else ""
+
+    try:
+        if skip("") != "[":
+            raise DatasetError("is not a JSON array")
+        pos += 1
+        while (first := skip(",")) not in ("]", ""):
+            start = line
+            while True:
+                try:
+                    value, end = decoder.raw_decode(buf, pos)
+                    break
+                except json.JSONDecodeError as exc:
+                    if len(buf) - pos > MAX_RECORD or not more():
+                        yield (
+                            start,
+                            Malformed(
+                                f"not valid JSON ({_short(exc)}); the rest of the array is not read"
+                            ),
+                        )
+                        return
+                except RecursionError:
+                    yield start, Malformed("nested too deeply; the rest of the array is not read")
+                    return
+            line += buf.count("\n", pos, end)
+            pos = end
+            yield start, _record(value)
+        if first == "":
+            yield line, Malformed("the array is not closed (the file ends inside it)")
+    except UnicodeDecodeError as exc:
+        yield line, Malformed(f"not UTF-8 (byte {exc.start}); the rest is not read")
+
+
+def json_document(f: io.BufferedReader, name: str) -> Iterator[Item]:
+    """A JSON file: a top-level array (streamed), or an object whose one list-valued key
+    holds the records (``{"data": [...]}``, read whole: objects are small by convention)."""
+    if f.peek(64).lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[":
+        yield from json_array(f)
+        return
+    data = f.read(MAX_RECORD + 1)
+    if len(data) > MAX_RECORD:
+        raise DatasetError(
+            f"{name}: a JSON object over {MAX_RECORD:,} bytes; give a top-level array or JSON Lines"
+        )
+    try:
+        value = files.parse_json(data, what=name)
+    except files.FileReadError as exc:
+        raise DatasetError(str(exc)) from None
+    if not isinstance(value, dict):
+        raise DatasetError(f"{name} holds a JSON {type(value).__name__}, not records")
+    lists = [k for k, v in value.items() if isinstance(v, list)]
+    if len(lists) != 1:
+        yield 1, value  # one record (or an object the shape check will refuse)
+        return
+    for i, item in enumerate(value[lists[0]], 1):
+        yield i, _record(item)
+
+
+def csv_rows(f: IO[bytes], delimiter: str = ",") -> Iterator[Item]:
+    """Rows of a CSV (or TSV) file with a header line, as dicts keyed by the header."""
+    csv.field_size_limit(MAX_RECORD)
+    stream = io.TextIOWrapper(f, encoding="utf-8-sig", errors="strict", newline="")
+    reader = csv.reader(stream, delimiter=delimiter)
+    try:
+        header = next(reader, None)
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise DatasetError(f"the CSV header cannot be read ({_short(exc)})") from None
+    if not header:
+        return
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield start, Malformed(f"not valid CSV ({_short(exc)})")
+            continue
+        except UnicodeDecodeError as exc:
+            yield start, Malformed(f"not UTF-8 (byte {exc.start}); the rest is not read")
+            return
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(header):
+            yield start, Malformed(f"{len(row)} fields where the header has {len(header)}")
+            continue
+        yield start, dict(zip(header, row, strict=True))
+
+
+def _pyarrow(what: str) -> Any:
+    try:
+        import pyarrow
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError:
+        raise DatasetError(
+            f"reading {what} needs pyarrow: pip install 'trainmem-tui[parquet]'"
+        ) from None
+    return pyarrow
+
+
+def _rows(batches: Iterable[Any]) -> Iterator[Item]:
+    row = 0
+    for batch in batches:
+        for record in batch.to_pylist():
+            row += 1
+            yield row, record
+
+
+def parquet_rows(f: IO[bytes], columns: list[str] | None = None) -> Iterator[Item]:
+    """Rows of a Parquet file, BATCH_ROWS at a time, reading only ``columns`` when given."""
+    pa = _pyarrow("Parquet")
+    try:
+        pf = pa.parquet.ParquetFile(f)
+        yield from _rows(pf.iter_batches(batch_size=BATCH_ROWS, columns=columns))
+    except pa.ArrowException as exc:  # ArrowInvalid, ArrowIOError: a broken file
+        raise DatasetError(f"not a readable Parquet file ({_short(exc)})") from None
+
+
+def parquet_columns(f: IO[bytes]) -> list[str]:
+    pa = _pyarrow("Parquet")
+    try:
+        return list(pa.parquet.ParquetFile(f).schema_arrow.names)
+    except pa.ArrowException as exc:
+        raise DatasetError(f"not a readable Parquet file ({_short(exc)})") from None
+
+
+def arrow_rows(f: IO[bytes]) -> Iterator[Item]:
+    """Rows of an Arrow IPC stream, as the datasets library writes its cache files
+    (datasets 5.2 arrow_writer.py: pa.RecordBatchStreamWriter), or of an IPC file."""
+    pa = _pyarrow("Arrow files")
+    try:
+        if f.read(6) == b"ARROW1":
+            f.seek(0)
+            reader = pa.ipc.open_file(f)
+            batches: Iterable[Any] = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        else:
+            f.seek(0)
+            batches = pa.ipc.open_stream(f)
+        yield from _rows(batches)
+    except pa.ArrowException as exc:
+        raise DatasetError(f"not a readable Arrow file ({_short(exc)})") from None
+
+
+def open_records(path: Path, kind: str, columns: list[str] | None = None) -> Iterator[Item]:
+    """The records of the file at ``path`` read as ``kind`` (see ``detect.file_kind``)."""
+    try:
+        with files.open_file(path, what="dataset") as (raw, _size):
+            if kind == "parquet":
+                yield from parquet_rows(raw, columns)
+            elif kind == "arrow":
+                yield from arrow_rows(raw)
+            elif kind == "jsonl":
+                yield from json_lines(_text_source(raw))
+            elif kind == "json":
+                yield from json_document(_text_source(raw), f"dataset {files.show(path)}")
+            else:
+                yield from csv_rows(_text_source(raw), "\t" if kind == "tsv" else ",")
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:  # a truncated .gz, a read error
+        raise DatasetError(f"cannot read {files.show(path)}: {_short(exc)}") from None
+    except files.FileReadError as exc:
+        raise DatasetError(str(exc)) from None

@@ -1,0 +1,286 @@
+"""How many tokens each example is, and which of them are the answer the model learns.
+
+The model's own tokenizer when its tokenizer.json is found (``--tokenizer PATH``, the model's
+folder, or the local Hugging Face cache for a Hub or catalogue id), read with the
+``tokenizers`` library; its chat template (chat_template.jinja, else tokenizer_config.json's
+``chat_template``, the precedence of transformers 5.24 tokenization_utils_base.py) applied to
+conversations. Without a tokenizer, a labelled approximation: one token per
+``APPROX_BYTES_PER_TOKEN`` bytes of UTF-8, whose error is measured in bench/dataset_bench.py
+and stated in :data:`APPROX_ERROR`.
+
+Each example is measured as token spans: its total length and the ``[start, end)`` positions
+of every answer, so truncation at any length can say how many answer tokens it cuts. A
+conversation's answer spans come from rendering its prefixes: the turns before an assistant
+turn with the generation prompt, then through that turn (what TRL does to find a completion
+inside a prompt + completion). Plain text and string completions count one EOS token at the
+end, as SFT trainers append one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from trainmem.sources import catalog, files, hf
+from trainmem.sources.chat_template import (
+    ChatML,
+    ChatTemplate,
+    TemplateError,
+    special_tokens,
+    template_from_config,
+)
+from trainmem.sources.datasets.shapes import Chat, Example, Message, Plain
+
+APPROX_BYTES_PER_TOKEN = 4
+# Measured by bench/dataset_bench.py (checked by tests/sources/datasets/test_tokens.py): the
+# approximation against DeepSeek-V4's tokenizer on Python's pydoc topics (79 documents, 465 KB
+# of English reference text with code). English prose; code, numbers and non-Latin scripts
+# differ (CJK text has fewer bytes per token).
+APPROX_ERROR = (
+    "1 token per 4 bytes: on English reference text (Python's pydoc topics, 79 documents) "
+    "+6.6% in total against a real 128k BPE tokenizer, median per-example error 9%, 95th "
+    "percentile 27%"
+)
+TOKENIZER_LIMIT = 256 * 2**20  # the largest tokenizer.json files are tens of MB
+CONFIG_LIMIT = 16 * 2**20
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
+class TokensError(ValueError):
+    """A tokenizer or template that was found but cannot be used: one line."""
+
+
+class Counter(Protocol):
+    def count(self, texts: Sequence[str], *, special: bool) -> list[int]:
+        """Tokens in each text; ``special`` adds the tokenizer's own (BOS) as it would."""
+        ...
+
+
+class Approximate:
+    def count(self, texts: Sequence[str], *, special: bool) -> list[int]:
+        return [math.ceil(len(t.encode("utf-8")) / APPROX_BYTES_PER_TOKEN) for t in texts]
+
+
+class Tokenizer:
+    """A tokenizer.json, through the ``tokenizers`` library."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            from tokenizers import Tokenizer as HFTokenizer
+        except ImportError:
+            raise TokensError(
+                f"{files.show(path)} needs the tokenizers library: "
+                "pip install 'trainmem-tui[tokens]'"
+            ) from None
+        try:
+            text = files.read_text(path, limit=TOKENIZER_LIMIT, what="tokenizer")
+        except files.FileReadError as exc:
+            raise TokensError(str(exc)) from None
+        try:
+            self._tok = HFTokenizer.from_str(text)
+        except Exception as exc:  # tokenizers raises plain Exception for a bad file
+            raise TokensError(f"{files.show(path)} is not a tokenizer.json: {exc}") from None
+        # encode_batch_fast (tokenizers 0.21) skips the offsets; encode_batch before it.
+        self._encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+
+    def count(self, texts: Sequence[str], *, special: bool) -> list[int]:
+        return [len(e.ids) for e in self._encode(list(texts), add_special_tokens=special)]
+
+
+class Renderer(Protocol):
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = False) -> str:
+        """The conversation as text (TemplateError when the template refuses it)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """One example in tokens: its length and its answers' ``[start, end)`` positions."""
+
+    total: int
+    answers: tuple[tuple[int, int], ...]
+
+    @property
+    def answer_tokens(self) -> int:
+        return sum(b - a for a, b in self.answers)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """How examples are counted, and the line the report shows for it."""
+
+    counter: Counter
+    template: Renderer
+    exact: bool  # the model's own tokenizer (False: the byte approximation)
+    label: str
+    notes: tuple[str, ...] = ()
+
+    def measure(self, examples: Sequence[Example]) -> list[Lengths | TemplateError]:
+        """Each example's Lengths, or why the chat template refused it; the texts of a whole
+        batch are counted in one call (the tokenizer encodes them in parallel)."""
+        plans: list[tuple[list[int], Example] | TemplateError] = []
+        texts: list[str] = []
+        special: list[bool] = []
+        for ex in examples:
+            try:
+                mine = self._texts(ex)
+            except TemplateError as exc:
+                plans.append(exc)
+                continue
+            plans.append((list(range(len(texts), len(texts) + len(mine))), ex))
+            texts += mine
+            special += [isinstance(ex, Plain)] * len(mine)
+        counts = self._count(texts, special)
+        out: list[Lengths | TemplateError] = []
+        for plan in plans:
+            if isinstance(plan, TemplateError):
+                out.append(plan)
+                continue
+            at, ex = plan
+            n = [counts[i] for i in at]
+            if isinstance(ex, Plain):  # prompt + answer, prompt; then the EOS
+                total = n[0] + 1
+                out.append(Lengths(total, ((min(n[1], total), total),)))
+            else:  # the whole chat, then (prefix, through the answer) per assistant turn
+                total = n[0]
+                spans = zip(n[1::2], n[2::2], strict=True)
+                out.append(
+                    Lengths(total, tuple((min(a, total), min(max(a, b), total)) for a, b in spans))
+                )
+        return out
+
+    def _texts(self, ex: Example) -> list[str]:
+        if isinstance(ex, Plain):
+            return [ex.prompt + ex.answer, ex.prompt]
+        assert isinstance(ex, Chat)
+        msgs = ex.messages
+        texts = [self.template.render(msgs)]
+        for i, m in enumerate(msgs):
+            if m.trained:
+                texts.append(self.template.render(msgs[:i], add_generation_prompt=True))
+                texts.append(
+                    texts[0] if i == len(msgs) - 1 else self.template.render(msgs[: i + 1])
+                )
+        return texts
+
+    def _count(self, texts: list[str], special: list[bool]) -> list[int]:
+        """Counts in ``texts`` order; the same text is counted once."""
+        unique: dict[tuple[str, bool], int] = {}
+        for key in zip(texts, special, strict=True):
+            unique.setdefault(key, len(unique))
+        keys = list(unique)
+        counts: list[int] = [0] * len(keys)
+        for flag in (False, True):
+            idx = [i for i, k in enumerate(keys) if k[1] is flag]
+            for i, c in zip(
+                idx, self.counter.count([keys[i][0] for i in idx], special=flag), strict=True
+            ):
+                counts[i] = c
+        return [counts[unique[k]] for k in zip(texts, special, strict=True)]
+
+
+@dataclass(frozen=True)
+class TokenizerFiles:
+    where: str  # shown in the report
+    tokenizer: Path | None
+    config: Path | None
+    template: Path | None
+
+
+def _in_folder(folder: Path, where: str) -> TokenizerFiles:
+    def found(name: str) -> Path | None:
+        try:
+            return folder / name if files.kind(folder / name) == "file" else None
+        except files.FileReadError:
+            return None
+
+    return TokenizerFiles(where, *(found(n) for n in TOKENIZER_FILES))
+
+
+def _explicit(text: str) -> TokenizerFiles:
+    try:
+        path = files.expand(text)
+        kind = files.kind(path)
+    except files.FileReadError as exc:
+        raise TokensError(str(exc)) from None
+    if kind == "dir":
+        found = _in_folder(path, files.show(text))
+        if found.tokenizer is None:
+            raise TokensError(f"--tokenizer {files.show(text)} holds no tokenizer.json")
+        return found
+    if kind is None:
+        raise TokensError(f"--tokenizer: no such file or folder: {files.show(text)}")
+    folder = _in_folder(path.parent, files.show(text))
+    return TokenizerFiles(folder.where, path, folder.config, folder.template)
+
+
+def find_tokenizer(model: str, explicit: str | None = None) -> TokenizerFiles | None:
+    """The tokenizer files for ``model`` (the plan's model text), or those ``explicit`` names
+    (a folder or a tokenizer.json); None when there is no tokenizer.json to be had."""
+    if explicit:
+        return _explicit(explicit)
+    text = model.strip()
+    try:
+        path = files.expand(text)
+        kind = files.kind(path)
+    except files.FileReadError:
+        kind = None
+    if kind in ("dir", "file"):
+        folder = path if kind == "dir" else path.parent
+        found = _in_folder(folder, files.show(folder))
+        return found if found.tokenizer else None
+    entry = catalog.find(text)
+    hf_id, revision = (entry.hf_id, None) if entry else hf.split_revision(text)
+    if hf_id.count("/") != 1:
+        return None
+    paths = [hf.cached_file(hf_id, name, revision) for name in TOKENIZER_FILES]
+    if paths[0] is None:
+        return None
+    return TokenizerFiles(f"{hf_id} in the Hugging Face cache", *paths)
+
+
+def _config(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        value = files.read_json(path, limit=CONFIG_LIMIT, what="tokenizer config")
+    except files.FileReadError as exc:
+        raise TokensError(str(exc)) from None
+    return value if isinstance(value, dict) else {}
+
+
+def load_tokens(model: str, explicit: str | None = None) -> Tokens:
+    """How to count ``model``'s examples: its tokenizer and chat template when found,
+    otherwise the approximation (with ChatML assumed for conversations)."""
+    found = find_tokenizer(model, explicit)
+    if found is None:
+        return Tokens(
+            Approximate(),
+            ChatML(),
+            exact=False,
+            label=f"approximate ({APPROX_ERROR}); no tokenizer.json found for the model "
+            "(--tokenizer PATH gives one)",
+            notes=("conversations laid out as ChatML (no chat template)",),
+        )
+    assert found.tokenizer is not None
+    counter = Tokenizer(found.tokenizer)
+    config = _config(found.config)
+    source, origin = None, ""
+    if found.template is not None:
+        try:
+            source = files.read_text(found.template, limit=CONFIG_LIMIT, what="chat template")
+        except files.FileReadError as exc:
+            raise TokensError(str(exc)) from None
+        origin = "chat_template.jinja"
+    elif (source := template_from_config(config)) is not None:
+        origin = "tokenizer_config.json"
+    notes: tuple[str, ...] = ()
+    template: Renderer = ChatML()
+    if source is None:
+        notes, origin = ("the tokenizer has no chat template: ChatML assumed",), "ChatML assumed"
+    else:
+        template = ChatTemplate(source, special_tokens(config))
+    return Tokens(counter, template, True, f"tokenizer.json of {found.where} ({origin})", notes)
