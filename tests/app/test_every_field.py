@@ -31,6 +31,7 @@ TEXT_VALUES = {
     "model": ["Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.2-1B"],
     "lora_targets": ["q,v", "attention"],
     "device": ["24GB", "h100-80gb,unified:36GB"],
+    "modules_to_save": ["lm_head", "embed_tokens,lm_head"],
 }
 
 
@@ -57,6 +58,13 @@ def plans_setting_every_field() -> list[Plan]:
             values["zero"] = 3
         elif values["offload"] == "optimizer" and values["zero"] == 0:
             values["zero"] = 1
+        # rules between fields (Plan.validated): an fp32 base runs under autocast, a 16-bit
+        # one needs 16-bit precision, the fused kernels need 16-bit compute
+        if values["base_dtype"] == "fp32" and values["precision"] in ("bf16", "fp16"):
+            values["precision"] += "-mixed"
+        if values["precision"] == "fp32":
+            values["base_dtype"] = "fp32"
+            values["loss"] = "chunked" if values["loss"] == "fused" else values["loss"]
         out.append(Plan(**values).validated())
     return out
 

@@ -50,12 +50,18 @@ def test_full_fp32_and_foreach_temporaries():
 
 
 def test_adam_8bit_state():
-    p = plan(method="full", precision="bf16", optimizer="adamw-8bit")
+    p = plan(method="full", precision="bf16", optimizer="adamw-8bit", stack="loop")
     st = model_states(SPEC, p, dtypes(p))
     # every tensor here but the norms is >= 4096 elements and gets 8-bit blockwise state
     small = LAYERS * 2 * H + H
     assert st.optimizer == pytest.approx(
         (P - small) * 2 * ADAM8BIT_BYTES_PER_STATE + small * 8, rel=1e-6
+    )
+    # The Trainer keeps 32-bit state for nn.Embedding weights (transformers/trainer.py)
+    trainer = plan(method="full", precision="bf16", optimizer="adamw-8bit")
+    st_t = model_states(SPEC, trainer, dtypes(trainer))
+    assert st_t.optimizer - st.optimizer == pytest.approx(
+        V * H * (8 - 2 * ADAM8BIT_BYTES_PER_STATE), abs=2
     )
 
 

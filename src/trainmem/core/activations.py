@@ -20,7 +20,6 @@ from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes
 from trainmem.core.states import adapter_rank
 
-ADAPTER_BYTES = 4  # PEFT keeps adapters in fp32 and casts their input to it
 Kernels = Literal["cuda", "cpu"]  # whose kernels decide what is saved
 
 
@@ -32,6 +31,9 @@ class LayerActivations:
     attention_scores: int  # eager attention only: bytes per token per key position
     saved_fixed: int = 0  # saved per layer whatever the tokens (PEFT's merged expert weights)
     transient_fixed: int = 0  # in flight per layer during its backward
+    scores_transient: int = 0  # eager attention's backward, bytes per token per key position
+    int8_inputs: int = 0  # LLM.int8 linears' inputs, held by bitsandbytes (bytes per token)
+    int8_inputs_extra: int = 0  # the part of those that the saves above do not hold already
 
 
 def _input_saves(
@@ -53,9 +55,9 @@ def _input_saves(
     targets = [u for u in users if set(PARTS.get(u, (u,))) & set(plan.target_modules)]
     if not targets:
         return 0
-    saved = 2 if dt.autocast else ADAPTER_BYTES
+    saved = 2 if dt.autocast else dt.trainable  # the input cast to the adapters' dtype
     if plan.lora_dropout > 0:
-        keep = 1 if kernels == "cuda" else ADAPTER_BYTES
+        keep = 1 if kernels == "cuda" else dt.trainable
         return len(targets) * (saved + keep) * width
     if x_bytes == saved and not dt.autocast:
         return saved * width  # already in the adapter's dtype: one tensor for all
@@ -113,6 +115,7 @@ def layer_activations(
         if spec.attn_logit_softcap:
             scores += spec.heads * attn_e  # Gemma 2's tanh soft-cap saves its output
     i_eff = spec.expert_intermediate * spec.experts_per_token if spec.is_moe else spec.intermediate
+    int8_all, int8_extra = _int8_inputs(spec, plan, dt, attn_e)
     return LayerActivations(
         saved=saved,
         checkpoint=r * h,
@@ -120,7 +123,39 @@ def layer_activations(
         attention_scores=scores,
         saved_fixed=fixed,
         transient_fixed=fixed_transient,
+        # softmax backward (fp32 gradient) and the gradient of the probabilities beside the
+        # saved scores (docs/research/training-stacks.md section 6, from derivatives.yaml)
+        scores_transient=spec.heads * 2 * attn_e if eager else 0,
+        int8_inputs=int8_all,
+        int8_inputs_extra=int8_extra,
     )
+
+
+def _int8_inputs(spec: ModelSpec, plan: Plan, dt: Dtypes, attn_e: int) -> tuple[int, int]:
+    """(all, not already saved) bytes per token of the inputs LLM.int8 linears keep.
+
+    bitsandbytes 0.50.2 MatMul8bitLt / MatMul8bitFp (autograd/_functions.py) keep their input
+    as ``ctx.tensors`` / ``ctx.A``, attributes rather than saved tensors: checkpointing's
+    saved-tensor hooks never see them, so under non-reentrant checkpointing every 8-bit
+    linear's input stays alive until its backward. LoRA's own save of a targeted input is
+    the same tensor when the input is already in the adapters' dtype (no cast)."""
+    if not (plan.training.quantized_base and plan.quant == "int8") or spec.is_moe:
+        return 0, 0
+    r, e = dt.resid, dt.act
+    groups = [
+        (["qkv"] if spec.fused else ["q", "k", "v"], spec.hidden, r),
+        (["o"], spec.q_dim, attn_e),
+        (["gate_up"] if spec.fused else ["gate", "up"], spec.hidden, r),
+        (["down"], spec.intermediate, e),
+    ]
+    total = extra = 0
+    for users, width, x_bytes in groups:
+        total += width * x_bytes
+        targeted = any(set(PARTS.get(u, (u,))) & set(plan.target_modules) for u in users)
+        shared = targeted and x_bytes == dt.trainable and not dt.autocast
+        if not (shared and plan.lora_dropout == 0):
+            extra += width * x_bytes
+    return total, extra
 
 
 def _moe_saves(spec: ModelSpec, plan: Plan, e: int) -> tuple[int, int]:
@@ -181,8 +216,8 @@ def head_activations(spec: ModelSpec, plan: Plan, dt: Dtypes) -> HeadActivations
     logits_e = 2 if dt.autocast else dt.act
     if plan.training.kbit_prep and plan.kbit_prep:
         logits_e = 4  # fp32 lm_head after prepare_model_for_kbit_training
-    saved = _norm_saves(spec, plan, dt, h)
-    if plan.training.trains_base:
+    saved = final_norm_saves(spec, plan, dt)
+    if plan.trains_lm_head:
         saved += 2 * h if dt.autocast else dt.resid * h  # lm_head input for its weight grad
     upcast = 4 if logits_e != 4 else 0
     softcap = logits_e * v if spec.final_logit_softcap else 0  # Gemma 2: tanh saves its output
@@ -192,6 +227,11 @@ def head_activations(spec: ModelSpec, plan: Plan, dt: Dtypes) -> HeadActivations
         output=logits_e * v,
         loss_backward=12 * v,
     )
+
+
+def final_norm_saves(spec: ModelSpec, plan: Plan, dt: Dtypes) -> int:
+    """The final RMSNorm's saves, bytes per token."""
+    return _norm_saves(spec, plan, dt, spec.hidden)
 
 
 def autocast_copy_bytes(spec: ModelSpec) -> tuple[int, int]:

@@ -12,18 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainmem.core.activations import (
-    Kernels,
-    autocast_copy_bytes,
-    head_activations,
-    layer_activations,
-)
+from trainmem.core.activations import Kernels, autocast_copy_bytes, layer_activations
 from trainmem.core.architecture import ModelSpec
+from trainmem.core.losses import loss_head
 from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes, dtypes
 from trainmem.core.rule_of_thumb import rule_of_thumb_bytes
 from trainmem.core.runtime import RUNTIME_COMPONENTS, runtime_note, runtime_overhead
-from trainmem.core.states import States, model_states
+from trainmem.core.states import States, model_states, saved_module_bytes
 from trainmem.core.target import TargetKind
 
 TENSOR_COMPONENTS = (
@@ -102,6 +98,7 @@ class Step:
     kept_output: int = 0  # out.logits
     cache: int = 0  # out.past_key_values: the KV cache built when checkpointing is off
     cache_is_saved: bool = True  # the cache tensors are the k/v attention saves (sdpa, MHA)
+    early_head_grad: int = 0  # a fused loss's lm_head gradient, held from forward on
 
     def alive(self, activations: int, logits: int, grads: int, temps: int) -> dict[str, int]:
         s = self.states
@@ -127,14 +124,24 @@ def _loop_output(
     or eager without GQA, the cache tensors are the k/v attention saves; with eager and GQA
     attention saves ``repeat_kv`` copies and the cache is extra.
     Returns (kept output, cache, whether the cache is the saved k/v)."""
-    if plan.stack != "loop":
+    if not plan.tooling.keeps_output:
         return 0, 0, True
     cache = 0
     if not plan.grad_ckpt:  # checkpointing in training forces use_cache off
         cache_e = 2 if precision.autocast else precision.act  # k/v as attention gets them
         cache = 2 * spec.layers * tokens * spec.kv_dim * cache_e
     gqa_eager = plan.attn == "eager" and spec.kv_heads != spec.heads
-    return tokens * output, cache, not gqa_eager
+    return output, cache, not gqa_eager
+
+
+def _dequant_bytes(spec: ModelSpec, plan: Plan, precision: Dtypes) -> int:
+    """A quantized base's largest linear, dequantized for one op: bf16 for 4-bit
+    (bitsandbytes dequantize_4bit), the input's dtype for LLM.int8's backward
+    (MatMul8bitLt.backward: ``CB.to(ctx.dtype_A, copy=True)``)."""
+    if not plan.training.quantized_base:
+        return 0
+    largest = max(lin.in_features * lin.out_features for lin in spec.linears())
+    return (precision.resid if plan.quant == "int8" else 2) * largest
 
 
 def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
@@ -142,7 +149,7 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
     precision = dtypes(plan)
     states = model_states(spec, plan, precision)
     layer = layer_activations(spec, plan, precision, kernels)
-    head = head_activations(spec, plan, precision)
+    head = loss_head(spec, plan, precision, kernels)
     tokens = plan.batch * plan.seq_len
     layers = spec.layers
     method = plan.training
@@ -150,37 +157,49 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
     layer_saved = (
         tokens * layer.saved + tokens * plan.seq_len * layer.attention_scores + layer.saved_fixed
     )
-    # torch.autocast caches a 16-bit copy of each fp32 leaf weight for the whole forward
-    # (aten/src/ATen/autocast_mode.cpp cached_cast); a 16-bit or 4-bit base is used as it is
-    # (bitsandbytes dequantizes NF4 per op, bitsandbytes/nn/modules.py Linear4bit.forward).
+    # torch.autocast makes a 16-bit copy of each fp32 weight; it caches the copies of leaf
+    # weights that require grad for the whole forward (aten/src/ATen/autocast_mode.cpp
+    # cached_cast), and a frozen weight's copy lives as long as the matmul saves it for the
+    # input's gradient. A 16-bit or quantized base is used as it is (bitsandbytes dequantizes
+    # per op, bitsandbytes/nn/modules.py Linear4bit.forward).
     copies = precision.autocast and precision.weight == 4 and not method.quantized_base
     copy_layer, copy_head = autocast_copy_bytes(spec) if copies else (0, 0)
-    head_saved = tokens * head.saved
+    if plan.loss_kind != "standard":
+        copy_head = 0  # the chunked and fused losses cast lm_head's weight a chunk at a time
+    cached = method.trains_base  # full fine-tuning: cached until autocast exits
+    head_saved = head.saved
 
     # Gradients arrive in backward order: lm_head (or the tied embedding), layers, embedding.
-    grad_bytes = precision.trainable
-    grad_head = spec.vocab * spec.hidden * grad_bytes if method.trains_base else 0
-    grad_embed = grad_head if method.trains_base and not spec.tied_embeddings else 0
+    saved_e = saved_module_bytes(plan, precision)
+    matrix = spec.vocab * spec.hidden
+    if method.trains_base:
+        grad_head = matrix * precision.trainable
+        grad_embed = grad_head if not spec.tied_embeddings else 0
+    else:  # modules_to_save copies, untied
+        grad_head = matrix * saved_e if "lm_head" in plan.saved_modules else 0
+        grad_embed = matrix * saved_e if "embed_tokens" in plan.saved_modules else 0
     if plan.zero >= 2:  # ZeRO-2 reduce-scatters gradients: each GPU keeps its shard
         grad_head, grad_embed = grad_head // plan.gpus, grad_embed // plan.gpus
     grad_layer = max(0, states.gradients - grad_head - grad_embed) // layers
-    dequant = (
-        2 * max(lin.in_features * lin.out_features for lin in spec.linears())
-        if method.quantized_base
-        else 0
-    )
+    reentrant = plan.tooling.reentrant_ckpt
     if plan.grad_ckpt:
         # transformers' gradient checkpointing keeps each layer's input and recomputes the
         # layer in backward (torch/utils/checkpoint.py): one layer's saves exist at a time.
-        kept_per_layer = tokens * layer.checkpoint
-        recompute = layer_saved + copy_layer
-        forward_copies = layers * copy_layer + copy_head  # cached until autocast exits
-        saved_after_forward = layers * kept_per_layer + head_saved
+        # Offloaded, the inputs wait in host RAM (torch.autograd.graph.save_on_cpu).
+        kept_per_layer = 0 if plan.ckpt_offload else tokens * layer.checkpoint
+        if not reentrant:  # bitsandbytes' int8 inputs escape the checkpoint's hooks
+            kept_per_layer += tokens * layer.int8_inputs
+        recompute = (
+            layer_saved + copy_layer + (tokens * layer.checkpoint if plan.ckpt_offload else 0)
+        )
+        forward_copies = (layers * copy_layer + copy_head) if cached else 0
+        saved_after_forward = layers * kept_per_layer + head_saved + (0 if cached else copy_head)
     else:
-        kept_per_layer = layer_saved + copy_layer
+        kept_per_layer = layer_saved + copy_layer + tokens * layer.int8_inputs_extra
         recompute = forward_copies = 0
         saved_after_forward = layers * kept_per_layer + head_saved + copy_head
     kept_output, cache, cache_is_saved = _loop_output(plan, spec, precision, tokens, head.output)
+    scores = tokens * plan.seq_len * layer.scores_transient
     return Step(
         states=states,
         layers=layers,
@@ -188,10 +207,10 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
         recompute=recompute,
         saved_after_forward=saved_after_forward,
         forward_copies=forward_copies,
-        logits_forward=tokens * head.logits_forward,
-        loss_backward=tokens * head.loss_backward,
-        layer_transient=tokens * layer.backward_transient + layer.transient_fixed,
-        dequant=dequant,
+        logits_forward=head.forward,
+        loss_backward=head.backward,
+        layer_transient=tokens * layer.backward_transient + layer.transient_fixed + scores,
+        dequant=_dequant_bytes(spec, plan, precision),
         grad_head=grad_head,
         grad_embed=grad_embed,
         grad_layer=grad_layer,
@@ -199,6 +218,7 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
         kept_output=kept_output,
         cache=cache,
         cache_is_saved=cache_is_saved,
+        early_head_grad=head.early_head_grad,
     )
 
 
@@ -214,14 +234,15 @@ def forward_and_loss(s: Step) -> dict[str, int]:
     """End of forward: every saved activation, the logits and the loss's fp32 upcast
     (transformers/loss/loss_utils.py ForCausalLMLoss: ``logits.float()``)."""
     activations = s.saved_after_forward + _cache_held(s, 0)
-    return s.alive(activations, s.logits_forward, 0, s.forward_copies + s.dequant)
+    temps = s.forward_copies + s.dequant
+    return s.alive(activations, s.logits_forward, s.early_head_grad, temps)
 
 
 def loss_backward(s: Step) -> dict[str, int]:
     """log_softmax backward: grad input, grad output and the saved fp32 output at once (and a
     loop's ``out.logits``)."""
     activations = s.saved_after_forward + _cache_held(s, 0)
-    return s.alive(activations, s.loss_backward + s.kept_output, 0, 0)
+    return s.alive(activations, s.loss_backward + s.kept_output, s.early_head_grad, 0)
 
 
 def backward_last_layer(s: Step) -> dict[str, int]:

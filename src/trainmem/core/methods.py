@@ -13,7 +13,7 @@ from typing import Literal
 
 from trainmem.core.errors import PlanError
 
-BaseStorage = Literal["precision", "nf4"]
+BaseStorage = Literal["precision", "quantized"]
 
 
 @dataclass(frozen=True)
@@ -21,8 +21,9 @@ class Method:
     name: str
     label: str  # as people write it
     trains_base: bool  # every weight is trained (gradients and optimizer state for all)
-    # How the base weights are stored: in the plan's precision, or bitsandbytes NF4
-    # (bitsandbytes/nn/modules.py Linear4bit, dequantized per op; no autocast copies).
+    # How the base weights are stored: in the plan's precision, or quantized by bitsandbytes
+    # in the plan's ``quant`` format (bitsandbytes/nn/modules.py Linear4bit / Linear8bitLt,
+    # dequantized per op; no autocast copies).
     base: BaseStorage
     # PEFT's prepare_model_for_kbit_training applies (peft/utils/other.py): quantized bases only.
     kbit_prep: bool
@@ -52,7 +53,9 @@ FULL = Method(
 LORA = Method("lora", "LoRA", trains_base=False, base="precision", kbit_prep=False, rule=(2.0, 3.0))
 # The guide prints QLoRA figures, not a formula: 8B ~ 9 GB, 27-32B ~ 22-26 GB; the line
 # 0.7 GB per billion + 3.4 GB passes through all of them (9.0, 22.3 and 25.8 GB).
-QLORA = Method("qlora", "QLoRA", trains_base=False, base="nf4", kbit_prep=True, rule=(0.7, 3.4))
+QLORA = Method(
+    "qlora", "QLoRA", trains_base=False, base="quantized", kbit_prep=True, rule=(0.7, 3.4)
+)
 
 METHOD_RECORDS = {m.name: m for m in (FULL, LORA, QLORA)}
 METHODS = tuple(METHOD_RECORDS)

@@ -17,11 +17,26 @@ from typing import Any
 from trainmem.core.errors import PlanError
 from trainmem.core.fields import FieldSpec, field_specs, plan_field
 from trainmem.core.methods import METHODS, Method, method_record
+from trainmem.core.stacks import STACKS, Stack, stack_record
 
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-mixed", "fp16-mixed")
-OPTIMIZERS = ("adamw", "adamw-foreach", "adamw-8bit", "paged-adamw-8bit", "sgd", "adafactor")
-ATTENTION = ("sdpa", "eager")
-STACKS = ("trainer", "loop")
+OPTIMIZERS = (
+    "adamw",
+    "adamw-foreach",
+    "adamw-8bit",
+    "paged-adamw-8bit",
+    "paged-adamw-32bit",
+    "adamw-4bit",
+    "lion",
+    "lion-8bit",
+    "sgd",
+    "adafactor",
+)
+ATTENTION = ("sdpa", "eager", "flash-attention-2", "flex")
+LOSSES = ("auto", "standard", "chunked", "fused")
+QUANTS = ("nf4", "fp4", "int8")
+BASE_DTYPES = ("auto", "16-bit", "fp32")
+SAVABLE_MODULES = ("embed_tokens", "lm_head")
 OFFLOAD = ("none", "optimizer", "params")
 LORA_MODULES = ("q", "k", "v", "o", "gate", "up", "down")
 LORA_PRESETS = {"all-linear": LORA_MODULES, "attention": ("q", "k", "v", "o")}
@@ -33,6 +48,18 @@ def _adapter(plan: Plan) -> bool:
 
 def _quantized(plan: Plan) -> bool:
     return method_record(plan.method).kbit_prep
+
+
+def _nf4(plan: Plan) -> bool:
+    return _quantized(plan) and plan.quant != "int8"
+
+
+def _lora_16bit_base(plan: Plan) -> bool:
+    return _adapter(plan) and not _quantized(plan)
+
+
+def _checkpointed(plan: Plan) -> bool:
+    return plan.grad_ckpt
 
 
 def _sharded(plan: Plan) -> bool:
@@ -80,7 +107,8 @@ class Plan:
         FieldSpec(
             "choice",
             "Optimizer",
-            "adamw is torch's fused AdamW, the Trainer's default",
+            "adamw is torch's fused AdamW, the Trainer's default; -8bit and -32bit are "
+            "bitsandbytes', adamw-4bit torchao's AdamW4bit, lion bitsandbytes' Lion",
             choices=OPTIMIZERS,
             advanced=True,
         ),
@@ -91,8 +119,20 @@ class Plan:
             "choice",
             "Stack",
             "what runs around the model: trainer (the Hugging Face Trainer drops the model "
-            "output before backward) or loop (a hand-written loop that keeps `out` alive)",
+            "output before backward), trl (SFTTrainer: fp32 load, chunked loss), axolotl, "
+            "llama-factory (fp32 upcast of what trains) or loop (keeps `out` alive)",
             choices=STACKS,
+            advanced=True,
+        ),
+    )
+    loss: str = plan_field(
+        "auto",
+        FieldSpec(
+            "choice",
+            "Loss",
+            "standard (fp32 upcast of the full logits), chunked (TRL's chunked head), fused "
+            "(Liger's fused linear cross-entropy, Cut Cross-Entropy); auto follows the stack",
+            choices=LOSSES,
             advanced=True,
         ),
     )
@@ -153,6 +193,18 @@ class Plan:
             applies=_quantized,
         ),
     )
+    quant: str = plan_field(
+        "nf4",
+        FieldSpec(
+            "choice",
+            "Quant",
+            "bitsandbytes format of the frozen base: nf4 or fp4 (4-bit, the same size) or "
+            "int8 (LLM.int8, load_in_8bit)",
+            choices=QUANTS,
+            advanced=True,
+            applies=_quantized,
+        ),
+    )
     double_quant: bool = plan_field(
         True,
         FieldSpec(
@@ -161,7 +213,30 @@ class Plan:
             "NF4 with bitsandbytes' nested quantization of the absmax (bnb_4bit_use_double_quant; "
             "on in axolotl and LLaMA-Factory, off in a bare BitsAndBytesConfig)",
             advanced=True,
-            applies=_quantized,
+            applies=_nf4,
+        ),
+    )
+    base_dtype: str = plan_field(
+        "auto",
+        FieldSpec(
+            "choice",
+            "Base dtype",
+            "dtype the frozen LoRA base is loaded in: auto is fp32 on the trl stack under "
+            "-mixed precision (SFTTrainer loads a model id in float32), else 16-bit",
+            choices=BASE_DTYPES,
+            advanced=True,
+            applies=_lora_16bit_base,
+        ),
+    )
+    modules_to_save: str = plan_field(
+        "",
+        FieldSpec(
+            "text",
+            "Save modules",
+            "modules trained in full beside the adapter (PEFT modules_to_save): "
+            "embed_tokens, lm_head or both, comma separated",
+            advanced=True,
+            applies=_adapter,
         ),
     )
     attn: str = plan_field(
@@ -169,8 +244,30 @@ class Plan:
         FieldSpec(
             "choice",
             "Attention",
-            "sdpa (transformers' default: no s^2 scores kept) or eager",
+            "sdpa (transformers' default), flash-attention-2 and flex keep no s^2 scores; "
+            "eager keeps them",
             choices=ATTENTION,
+            advanced=True,
+        ),
+    )
+    ckpt_offload: bool = plan_field(
+        False,
+        FieldSpec(
+            "bool",
+            "Ckpt offload",
+            "checkpointed layer inputs kept in host RAM (activation_checkpointing_kwargs "
+            "offload, axolotl gradient_checkpointing: offload)",
+            advanced=True,
+            applies=_checkpointed,
+        ),
+    )
+    packing: bool = plan_field(
+        False,
+        FieldSpec(
+            "bool",
+            "Packing",
+            "examples packed into full rows (every micro-batch holds seq x batch real "
+            "tokens); without it rows are padded to the longest in the batch",
             advanced=True,
         ),
     )
@@ -230,18 +327,61 @@ class Plan:
             raise PlanError("offload", "optimizer offload needs ZeRO stage 1, 2 or 3 (--zero)")
         if plan.offload == "params" and plan.zero != 3:
             raise PlanError("offload", "parameter offload needs ZeRO stage 3 (--zero 3)")
+        mixed = plan.precision.endswith("-mixed")
+        if plan.base_dtype == "fp32" and plan.precision in ("bf16", "fp16"):
+            raise PlanError(
+                "base_dtype", f"an fp32 base runs under autocast: use {plan.precision}-mixed"
+            )
+        if plan.base_dtype == "16-bit" and plan.precision == "fp32":
+            raise PlanError("base_dtype", "a 16-bit base needs bf16, fp16 or -mixed precision")
+        if plan.loss == "fused" and not (mixed or plan.precision in ("bf16", "fp16")):
+            raise PlanError(
+                "loss", "the fused kernels (Liger, Cut Cross-Entropy) need bf16 or fp16"
+            )
         targets = parse_lora_targets(plan.lora_targets)
         preset = plan.lora_targets.strip().lower()
         return replace(
             plan,
             model=plan.model.strip(),
             lora_targets=preset if preset in LORA_PRESETS else ",".join(targets),
+            modules_to_save=",".join(parse_saved_modules(plan.modules_to_save)),
         )
 
     @property
     def training(self) -> Method:
         """The method's record (raises PlanError for an unknown method)."""
         return method_record(self.method)
+
+    @property
+    def tooling(self) -> Stack:
+        """The stack's record (raises PlanError for an unknown stack)."""
+        return stack_record(self.stack)
+
+    @property
+    def loss_kind(self) -> str:
+        """The loss that really runs: the plan's, or its stack's default under "auto"."""
+        return self.tooling.default_loss if self.loss == "auto" else self.loss
+
+    @property
+    def fp32_base(self) -> bool:
+        """Whether a LoRA plan's frozen base is fp32 (as loaded, before autocast)."""
+        if not self.trains_adapter or self.training.quantized_base:
+            return False
+        if self.base_dtype != "auto":
+            return self.base_dtype == "fp32"
+        if self.precision == "fp32":
+            return True
+        return self.precision.endswith("-mixed") and self.tooling.fp32_base_under_autocast
+
+    @property
+    def saved_modules(self) -> tuple[str, ...]:
+        """PEFT modules_to_save: modules trained in full beside the adapter (LoRA only)."""
+        return parse_saved_modules(self.modules_to_save) if self.trains_adapter else ()
+
+    @property
+    def trains_lm_head(self) -> bool:
+        """Whether the lm_head weight gets a gradient (full fine-tuning or modules_to_save)."""
+        return self.training.trains_base or "lm_head" in self.saved_modules
 
     @property
     def trains_adapter(self) -> bool:
@@ -291,3 +431,12 @@ def parse_lora_targets(text: str) -> tuple[str, ...]:
             f"{text!r} is not all-linear, attention or a list of {','.join(LORA_MODULES)}",
         )
     return tuple(m for m in LORA_MODULES if m in names)
+
+
+def parse_saved_modules(text: str) -> tuple[str, ...]:
+    """``""`` | a comma list of embed_tokens, lm_head (PEFT's modules_to_save), in that order."""
+    names = [t.strip().lower() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in SAVABLE_MODULES]
+    if bad:
+        raise PlanError("modules_to_save", f"{bad[0]!r} is not one of {', '.join(SAVABLE_MODULES)}")
+    return tuple(m for m in SAVABLE_MODULES if m in names)

@@ -12,6 +12,10 @@
 - QLoRA with PEFT's ``prepare_model_for_kbit_training`` (peft/utils/other.py) casts every
   non-quantized 16-bit parameter (embeddings, lm_head, norms) to fp32, so the residual stream
   becomes fp32; bitsandbytes' ``Linear4bit.forward`` casts its output back to the input dtype.
+- A LoRA base loaded in fp32 under autocast (``base_dtype``; TRL's SFTTrainer loads a model
+  id in float32, trl/trainer/utils.py create_model_from_path) keeps fp32 weights and residual
+  stream; its linears run on 16-bit copies of the frozen weights, made per op (autocast caches
+  only weights that require grad).
 - LoRA adapters: PEFT upcasts 16-bit adapter weights to fp32 (``autocast_adapter_dtype=True``,
   peft/tuners/tuners_utils.py) and casts each targeted layer's input to the adapter dtype
   (``_cast_input_dtype`` in peft/tuners/lora/layer.py) before ``lora_A``.
@@ -36,13 +40,17 @@ class Dtypes:
 
 def dtypes(plan: Plan) -> Dtypes:
     mixed = plan.precision.endswith("-mixed")
-    half = plan.precision in ("bf16", "fp16") or (mixed and plan.trains_adapter)
+    half = plan.precision in ("bf16", "fp16") or (
+        mixed and plan.trains_adapter and not plan.fp32_base
+    )
     weight = 2 if half else 4
     resid = 2 if half else 4
     act = 2 if (half or mixed) else 4
     if plan.training.kbit_prep and plan.kbit_prep:
         resid = act = 4
     trainable = 4 if plan.trains_adapter else weight  # PEFT keeps adapters in fp32
+    if plan.training.quantized_base and plan.tooling.quantized_trainable_16bit:
+        trainable = 2  # TRL casts a quantized model's adapters to bf16 (sft_trainer.py)
     return Dtypes(
         weight=weight,
         trainable=trainable,

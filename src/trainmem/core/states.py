@@ -24,6 +24,17 @@ NF4_NO_DOUBLE_QUANT_BYTES_PER_PARAM = 0.5 + 4 / 64
 # (bitsandbytes/optim/optimizer.py Optimizer8bit.init_state, block_wise=True).
 ADAM8BIT_BYTES_PER_STATE = 1 + 4 / 256
 BNB_MIN_8BIT_SIZE = 4096  # smaller tensors keep 32-bit states
+# torchao 0.19 AdamW4bit as transformers passes it (trainer_optimizer.py: block_size=256):
+# packed 4-bit state + an fp32 scale per block of 256 (torchao/optim/subclass_4bit.py);
+# tensors under 4096 elements or not a multiple of the block keep states in the param dtype
+# (torchao/optim/adam.py _new_buffer).
+ADAM4BIT_BYTES_PER_STATE = 0.5 + 4 / 256
+TORCHAO_BLOCK = 256
+BITS_8 = ("adamw-8bit", "paged-adamw-8bit", "lion-8bit")
+# Optimizer states per element, (count, bytes) for the ones with a fixed layout: bitsandbytes
+# 32-bit states are fp32 whatever the parameter dtype (optimizer.py Optimizer2State/
+# Optimizer1State.init_state); Lion keeps one momentum (bitsandbytes/optim/lion.py).
+FIXED_STATES = {"paged-adamw-32bit": (2, 4), "lion": (1, 4)}
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,7 @@ class Matrix:
     rows: int
     cols: int
     count: int
+    embedding: bool = False  # an nn.Embedding weight (the Trainer's 8-bit optimizers keep 32)
 
     @property
     def numel(self) -> int:
@@ -81,7 +93,7 @@ def trainable_matrices(spec: ModelSpec, plan: Plan) -> list[Matrix]:
                     n = lin.count * spec.layers
                 out += [Matrix(rank, lin.in_features, n), Matrix(lin.out_features, rank, n)]
         return out
-    mats = [Matrix(spec.vocab, spec.hidden, 1)]
+    mats = [Matrix(spec.vocab, spec.hidden, 1, embedding=True)]
     if not spec.tied_embeddings:
         mats.append(Matrix(spec.vocab, spec.hidden, 1))
     for lin in spec.linears():
@@ -93,14 +105,62 @@ def trainable_matrices(spec: ModelSpec, plan: Plan) -> list[Matrix]:
     return mats
 
 
-def _optimizer_bytes(plan: Plan, mats: list[Matrix], trainable: int, state: int) -> int:
+def quantized_weight_bytes(spec: ModelSpec, plan: Plan) -> int:
+    """The decoder layers' linear weights as bitsandbytes stores them: NF4 / FP4 (the same
+    size) with or without double quantization, or LLM.int8 (Int8Params._quantize in
+    bitsandbytes/nn/modules.py 0.50.2: an int8 weight and an fp32 scale per output row)."""
+    if plan.quant == "int8":
+        per_layer = sum(
+            lin.count * (lin.in_features + 4) * lin.out_features for lin in spec.linears()
+        )
+        return spec.layers * per_layer
+    per_param = NF4_BYTES_PER_PARAM if plan.double_quant else NF4_NO_DOUBLE_QUANT_BYTES_PER_PARAM
+    return round(spec.layers * spec.layer_weight_elements * per_param)
+
+
+def saved_module_matrices(spec: ModelSpec, plan: Plan) -> list[Matrix]:
+    """PEFT modules_to_save: a trainable deep copy of each named module, beside the frozen
+    original (peft/utils/other.py ModulesToSaveWrapper.update, 0.21.2); a copy of a tied
+    lm_head is untied."""
+    return [
+        Matrix(spec.vocab, spec.hidden, 1, embedding=name == "embed_tokens")
+        for name in plan.saved_modules
+    ]
+
+
+def saved_module_bytes(plan: Plan, dt: Dtypes) -> int:
+    """Bytes per element of a modules_to_save copy: the original module's dtype (PEFT does not
+    upcast it), fp32 where LLaMA-Factory upcasts what trains (unless pure_bf16), 16-bit where
+    TRL casts a quantized model's trainable parameters to bf16."""
+    stack = plan.tooling
+    if stack.upcast_trainable and plan.precision not in ("bf16", "fp16"):
+        return 4
+    if plan.training.quantized_base:
+        return 2 if stack.quantized_trainable_16bit else dt.resid
+    return dt.weight
+
+
+def _optimizer_bytes(
+    plan: Plan, mats: list[Matrix], trainable: int, state: int, embedding_32bit: bool = True
+) -> int:
     if plan.optimizer == "sgd":
         return 0  # torch.optim.SGD without momentum keeps no state
-    if plan.optimizer in ("adamw-8bit", "paged-adamw-8bit"):
+    if plan.optimizer in FIXED_STATES:
+        count, size = FIXED_STATES[plan.optimizer]
+        return count * size * trainable
+    if plan.optimizer in BITS_8:
+        states = 1 if plan.optimizer == "lion-8bit" else 2
         return sum(
-            round(m.numel * 2 * ADAM8BIT_BYTES_PER_STATE)
-            if m.rows * m.cols >= BNB_MIN_8BIT_SIZE
-            else m.numel * 8
+            round(m.numel * states * ADAM8BIT_BYTES_PER_STATE)
+            if m.rows * m.cols >= BNB_MIN_8BIT_SIZE and not (m.embedding and embedding_32bit)
+            else m.numel * 4 * states
+            for m in mats
+        )
+    if plan.optimizer == "adamw-4bit":
+        return sum(
+            round(m.numel * 2 * ADAM4BIT_BYTES_PER_STATE)
+            if m.rows * m.cols >= BNB_MIN_8BIT_SIZE and m.rows * m.cols % TORCHAO_BLOCK == 0
+            else m.numel * 2 * state
             for m in mats
         )
     if plan.optimizer == "adafactor":
@@ -127,18 +187,24 @@ def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
     mats = trainable_matrices(spec, plan)
     trainable = sum(m.numel for m in mats)
     params = spec.params
-    if plan.training.base == "nf4":
+    if plan.training.quantized_base:
         q_elems = spec.layers * spec.layer_weight_elements
         other = params - q_elems  # embeddings, lm_head, norms and biases stay unquantized
-        per_param = (
-            NF4_BYTES_PER_PARAM if plan.double_quant else NF4_NO_DOUBLE_QUANT_BYTES_PER_PARAM
-        )
-        weights = round(q_elems * per_param) + other * dt.resid
+        weights = quantized_weight_bytes(spec, plan) + other * dt.resid
     else:
         weights = params * dt.weight
     adapter = trainable * dt.trainable if plan.trains_adapter else 0
     gradients = trainable * dt.trainable
-    optimizer = _optimizer_bytes(plan, mats, trainable, dt.state)
+    embedding_32bit = plan.tooling.embedding_32bit_states
+    optimizer = _optimizer_bytes(plan, mats, trainable, dt.state, embedding_32bit)
+    saved = saved_module_matrices(spec, plan)
+    if saved:  # trained in full in their own dtype, beside the adapter
+        e = saved_module_bytes(plan, dt)
+        count = sum(m.numel for m in saved)
+        adapter += count * e
+        gradients += count * e
+        optimizer += _optimizer_bytes(plan, saved, count, e, embedding_32bit)
+        trainable += count
     master = 0
     n = plan.gpus
     if plan.zero > 0 and not plan.trains_adapter and plan.precision != "fp32":

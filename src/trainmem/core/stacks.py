@@ -1,0 +1,111 @@
+"""Training stacks, one record each: what runs around the model and which of its defaults
+change memory. Every other module asks the record (``stack_record(plan.stack)``) instead of
+comparing names, as with training methods (trainmem.core.methods).
+
+Read from source (docs/research/training-stacks.md has the file:line of each claim): the
+Hugging Face Trainer of transformers 5.24, TRL 1.16's SFTTrainer, axolotl 067b021 and
+LLaMA-Factory ff6d4d1 (both run the Hugging Face Trainer), and a hand-written PyTorch loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from trainmem.core.errors import PlanError
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    label: str  # the tool and the version read
+    # A hand-written loop keeps ``out`` (logits, KV cache) alive through backward and the
+    # optimizer step; Trainer.compute_loss returns the loss alone (transformers/trainer.py).
+    keeps_output: bool
+    # The loss when the plan says "auto": TRL's SFTTrainer always scores through its chunked
+    # head (trl/trainer/sft_trainer.py compute_loss, loss_type "nll"); the others compute
+    # transformers' ForCausalLMLoss on the full logits.
+    default_loss: str
+    # SFTTrainer loads a model given by id or path in float32 (trl/trainer/utils.py
+    # create_model_from_path: dtype defaults to "float32") and runs it under bf16 autocast.
+    fp32_base_under_autocast: bool
+    # The Trainer gives every nn.Embedding 32-bit bitsandbytes optimizer state
+    # (transformers/trainer.py, the optim_bits=32 override for 8-bit optimizers).
+    embedding_32bit_states: bool
+    # SFTTrainer casts trainable parameters to bf16 on a quantized model
+    # (trl/trainer/sft_trainer.py, after get_peft_model, except DoRA's magnitude).
+    quantized_trainable_16bit: bool
+    # LLaMA-Factory casts trainable parameters to fp32 unless pure_bf16
+    # (src/llamafactory/model/adapter.py, _setup_*_tuning).
+    upcast_trainable: bool
+    # LLaMA-Factory checkpoints with use_reentrant=True (model_args.py use_reentrant_gc,
+    # model_utils/checkpointing.py); transformers 5.24 defaults to non-reentrant
+    # (modeling_utils.py gradient_checkpointing_enable), as TRL and axolotl keep it.
+    reentrant_ckpt: bool
+    defaults: str  # what this stack does by default, shown beside the estimate
+
+
+TRAINER = Stack(
+    "trainer",
+    "Hugging Face Trainer (transformers 5.24)",
+    keeps_output=False,
+    default_loss="standard",
+    fp32_base_under_autocast=False,
+    embedding_32bit_states=True,
+    quantized_trainable_16bit=False,
+    upcast_trainable=False,
+    reentrant_ckpt=False,
+    defaults="the output is dropped before backward; fused AdamW; the loss upcasts the full "
+    "logits to fp32",
+)
+TRL = Stack(
+    "trl",
+    "TRL 1.16 SFTTrainer",
+    keeps_output=False,
+    default_loss="chunked",
+    fp32_base_under_autocast=True,
+    embedding_32bit_states=True,
+    quantized_trainable_16bit=True,
+    upcast_trainable=False,
+    reentrant_ckpt=False,
+    defaults="a model given by id loads in fp32 under bf16 autocast; the loss is TRL's "
+    "chunked head (no full logits); checkpointing on; max_length 1024",
+)
+AXOLOTL = replace(
+    TRAINER,
+    name="axolotl",
+    label="axolotl 067b021 (Hugging Face Trainer)",
+    defaults="sequence_len 512, micro_batch_size 1, adamw_torch_fused, checkpointing off; "
+    "QLoRA is NF4 with double quant; the Liger and Cut Cross-Entropy plugins fuse the loss",
+)
+LLAMA_FACTORY = replace(
+    TRAINER,
+    name="llama-factory",
+    label="LLaMA-Factory ff6d4d1 (Hugging Face Trainer)",
+    upcast_trainable=True,
+    reentrant_ckpt=True,
+    defaults="trainable parameters upcast to fp32 unless pure_bf16; checkpointing on "
+    "(reentrant); cutoff_len 2048; lora_rank 8; enable_liger_kernel fuses the loss",
+)
+LOOP = Stack(
+    "loop",
+    "hand-written PyTorch loop",
+    keeps_output=True,
+    default_loss="standard",
+    fp32_base_under_autocast=False,
+    embedding_32bit_states=False,
+    quantized_trainable_16bit=False,
+    upcast_trainable=False,
+    reentrant_ckpt=False,
+    defaults="out = model(**batch) stays alive through backward and optimizer.step()",
+)
+
+STACK_RECORDS = {s.name: s for s in (TRAINER, TRL, AXOLOTL, LLAMA_FACTORY, LOOP)}
+STACKS = tuple(STACK_RECORDS)
+
+
+def stack_record(name: str) -> Stack:
+    """The record of ``name``; a PlanError naming the known stacks otherwise."""
+    record = STACK_RECORDS.get(name)
+    if record is None:
+        raise PlanError("stack", f"{name!r} is not one of {', '.join(STACKS)}")
+    return record
