@@ -107,6 +107,19 @@ def case_key(plan: TrainmemPlan) -> str:
         parts.append(plan.stack)
     if plan.training.quantized_base and not plan.double_quant:
         parts.append("nodq")
+    # fields of issue 14, named only when not their default (ids of earlier records unchanged)
+    if plan.training.quantized_base and getattr(plan, "quant", "nf4") != "nf4":
+        parts.append(plan.quant)
+    if getattr(plan, "loss", "auto") != "auto":
+        parts.append(f"loss-{plan.loss}")
+    if getattr(plan, "base_dtype", "auto") != "auto":
+        parts.append(f"base-{plan.base_dtype}")
+    if getattr(plan, "modules_to_save", ""):
+        parts.append("mts-" + plan.modules_to_save.replace(",", "+"))
+    if getattr(plan, "ckpt_offload", False):
+        parts.append("offload")
+    if getattr(plan, "packing", False):
+        parts.append("packing")
     return "/".join(parts)
 
 
@@ -184,20 +197,32 @@ def _from_config(config: Any, dtype: torch.dtype, attn: str) -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=dtype)
 
 
-def _qlora_base(config: Any, attn: str, device: str, double_quant: bool = True) -> torch.nn.Module:
+def bnb_config(quant: str = "nf4", double_quant: bool = True) -> Any:
+    """BitsAndBytesConfig for a quantized frozen base: nf4 / fp4 (4-bit, bf16 compute) or
+    int8 (LLM.int8, load_in_8bit)."""
+    from transformers import BitsAndBytesConfig
+
+    if quant == "int8":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=quant,
+        bnb_4bit_use_double_quant=double_quant,
+        bnb_4bit_compute_dtype=torch.bfloat16,
+    )
+
+
+def _qlora_base(
+    config: Any, attn: str, device: str, double_quant: bool = True, quant: str = "nf4"
+) -> torch.nn.Module:
     """QLoRA needs from_pretrained (quantisation happens at load): save random bf16
     weights to a temp dir and load them back through BitsAndBytesConfig."""
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    from transformers import AutoModelForCausalLM
 
     d = tempfile.mkdtemp(prefix="measure-qlora-")
     try:
         _from_config(config, torch.bfloat16, attn).save_pretrained(d)
-        bnb = BitsAndBytesConfig(
-            load_in_4bit=True,
-            bnb_4bit_quant_type="nf4",
-            bnb_4bit_use_double_quant=double_quant,
-            bnb_4bit_compute_dtype=torch.bfloat16,
-        )
+        bnb = bnb_config(quant, double_quant)
         return AutoModelForCausalLM.from_pretrained(
             d,
             quantization_config=bnb,
@@ -218,6 +243,21 @@ def _enable_gc(model: torch.nn.Module) -> None:
         model.activation_checkpointing_enable()
     else:
         model.gradient_checkpointing_enable()
+
+
+def lora_config(plan: TrainmemPlan, modules_to_save: list[str] | None = None) -> Any:
+    """The PEFT LoraConfig of a plan (all-linear, or q/k/v/o_proj for "attention")."""
+    from peft import LoraConfig
+
+    targets: Any = "all-linear" if plan.lora_targets == "all-linear" else LORA_ATTENTION
+    return LoraConfig(
+        r=plan.lora_rank,
+        lora_alpha=plan.lora_alpha,
+        lora_dropout=plan.lora_dropout,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+        modules_to_save=modules_to_save or None,
+    )
 
 
 def build(
@@ -250,17 +290,9 @@ def build(
             for p in model.parameters():
                 p.requires_grad_(False)
     if plan.method in ("lora", "qlora"):
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        targets: Any = "all-linear" if plan.lora_targets == "all-linear" else LORA_ATTENTION
-        lc = LoraConfig(
-            r=plan.lora_rank,
-            lora_alpha=plan.lora_alpha,
-            lora_dropout=plan.lora_dropout,
-            target_modules=targets,
-            task_type="CAUSAL_LM",
-        )
-        model = get_peft_model(model, lc)
+        model = get_peft_model(model, lora_config(plan))
         info["adapter_dtype"] = next(
             str(p.dtype).replace("torch.", "") for n, p in model.named_parameters() if "lora_" in n
         )
