@@ -10,7 +10,7 @@ would report it; ``device`` adds what the runtime of the target device holds
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trainmem.core.activations import Kernels, autocast_copy_bytes, layer_activations
 from trainmem.core.architecture import ModelSpec
@@ -21,6 +21,7 @@ from trainmem.core.rule_of_thumb import rule_of_thumb_bytes
 from trainmem.core.runtime import RUNTIME_COMPONENTS, runtime_note, runtime_overhead
 from trainmem.core.states import States, model_states, saved_module_bytes
 from trainmem.core.target import TargetKind
+from trainmem.core.units import fmt_bytes
 
 TENSOR_COMPONENTS = (
     "weights",
@@ -294,7 +295,9 @@ def estimate(
     if kernels not in ("cuda", "cpu"):
         raise ValueError(f"kernels must be 'cuda' or 'cpu', not {kernels!r}")
     plan = plan.validated()
-    step = step_sizes(plan, spec, kernels)
+    # On unified memory or a CPU, host RAM is the device: offloading saves nothing there.
+    counted = replace(plan, ckpt_offload=False) if runtime != "gpu" else plan
+    step = step_sizes(counted, spec, kernels)
     phases = {name: moment(step) for name, moment in MOMENTS.items()}
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     peak_phase = max(totals, key=lambda name: totals[name])
@@ -333,8 +336,54 @@ def _notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> tuple[str, ...]:
             "QLoRA on fused MoE experts is not measured yet: experts are assumed to be "
             "quantized to NF4 like linear layers"
         )
+    if plan.attn in ("flash-attention-2", "flex"):
+        notes.append(
+            f"{plan.attn} is counted as SDPA's flash kernel (the same saves: q, k, v, "
+            "output, log-sum-exp); derived from source, not measured (needs a GPU)"
+        )
+    notes.extend(_stack_notes(spec, plan, runtime))
     ignored = plan.ignored_fields()
     if ignored:
         notes.append(f"{', '.join(ignored)} do not apply to this plan and change nothing")
     notes.append(runtime_note(runtime))
     return tuple(notes)
+
+
+LOSS_NOTES = {
+    "standard": "loss: transformers' cross-entropy on the full logits, upcast to fp32",
+    "chunked": "loss: TRL's chunked head, 4096 x 32768 logit tiles recomputed in backward, "
+    "no full logits (trl/kernels/chunked_logprob.py)",
+    "fused": "loss: Liger's fused linear cross-entropy, logits one chunk at a time; derived "
+    "from its source, not measured (Triton kernels need a GPU); Cut Cross-Entropy keeps less",
+}
+
+
+def _stack_notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> list[str]:
+    """What the stack does by default and what the plan's stack-level fields change."""
+    stack = plan.tooling
+    notes = [f"stack: {stack.label}: {stack.defaults}", LOSS_NOTES[plan.loss_kind]]
+    if plan.fp32_base and plan.precision.endswith("-mixed"):
+        notes.append(
+            "the frozen base is fp32 under autocast: 4 bytes per weight, and each "
+            "linear runs on a 16-bit copy of its weight"
+        )
+    if plan.training.quantized_base and plan.quant == "int8":
+        notes.append(
+            "LLM.int8 base: 1 byte per weight + an fp32 scale per row; its inputs are "
+            "kept by bitsandbytes outside checkpointing's hooks (derived from source)"
+        )
+    if plan.grad_ckpt and plan.ckpt_offload:
+        host = spec.layers * plan.batch * plan.seq_len * spec.hidden * dtypes(plan).resid
+        where = "in pinned host RAM" if runtime == "gpu" else "in the same memory (no saving)"
+        notes.append(f"checkpoint offload keeps {fmt_bytes(host)} of layer inputs {where}")
+    if plan.packing:
+        notes.append(
+            "packing: every row holds seq_len real tokens, as the estimate assumes; "
+            "without packing, rows are padded to the longest example in the batch"
+        )
+    if plan.optimizer.startswith("paged-"):
+        notes.append(
+            "paged optimizer state lives in CUDA unified memory: counted on the "
+            "device, though the driver may evict it to host RAM under pressure"
+        )
+    return notes
