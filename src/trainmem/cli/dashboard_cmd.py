@@ -17,7 +17,7 @@ from pathlib import Path
 
 from trainmem.cli.exit_guard import ExitGuard
 from trainmem.cli.parser import Parser
-from trainmem.cli.plan_args import add_plan_arguments, plan_from_args, resolve_for_args
+from trainmem.cli.plan_args import add_plan_arguments, planned_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
 from trainmem.devices.promql import check_select, check_url
 from trainmem.sources.paths import session_path
@@ -103,9 +103,10 @@ def startup(argv: list[str]) -> Startup:
     if ns.select and not ns.prometheus:
         parser.error("--select needs --prometheus")
     try:
-        cli_plan = plan_from_args(ns) if _plan_flags_given(parser, argv) else None
+        planned = planned_from_args(ns) if _plan_flags_given(parser, argv) else None
     except PlanError as exc:
         parser.error(str(exc))
+    cli_plan = planned.plan if planned is not None else None
     if cli_plan is not None and ns.download:  # fetched before the UI starts, never on it
         try:
             resolve_for_args(ns, cli_plan)
@@ -121,6 +122,9 @@ def startup(argv: list[str]) -> Startup:
     else:
         opened = open_plans(source, session=ns.compare is None)
         plan_set, messages, broken = opened.plan_set, list(opened.messages), list(opened.broken)
+    if planned is not None and planned.unmodelled:  # what a --from config sets but no field
+        shown = "; ".join(planned.unmodelled)
+        messages.append(("warning", f"not in the estimate (not modelled): {shown}"))
     if cli_plan is not None:  # open on the plan the flags describe, after the restored ones
         if plan_set is None:
             plan_set = PlanSet((NamedPlan("", cli_plan, auto=True),))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 from trainmem.core.architecture import ModelSpec
@@ -32,23 +33,50 @@ def _choice_type(spec: FieldSpec) -> Any:
     return int if kinds == {int} else str
 
 
+GIVEN = "plan_flags_given"  # the namespace attribute naming the plan flags typed
+
+
+def _note_given(namespace: argparse.Namespace, dest: str) -> None:
+    # A new set each time: a set default would be shared by every parse.
+    setattr(namespace, GIVEN, {*getattr(namespace, GIVEN, ()), dest})
+
+
+class _Store(argparse.Action):
+    """``store``, remembering that the flag was typed (flags override --from files)."""
+
+    def __call__(
+        self, parser: Any, namespace: argparse.Namespace, values: Any, opt: Any = None
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        _note_given(namespace, self.dest)
+
+
+class _Bool(argparse.BooleanOptionalAction):
+    def __call__(
+        self, parser: Any, namespace: argparse.Namespace, values: Any, opt: Any = None
+    ) -> None:
+        super().__call__(parser, namespace, values, opt)
+        _note_given(namespace, self.dest)
+
+
 def _add(group: argparse._ArgumentGroup, spec: FieldSpec) -> None:
     shown = spec.format(spec.default)
     help_text = f"{spec.help} (default {shown})".replace("%", "%%")
     if spec.kind == "bool":
-        group.add_argument(
-            spec.flag, action=argparse.BooleanOptionalAction, default=spec.default, help=help_text
-        )
+        group.add_argument(spec.flag, action=_Bool, default=spec.default, help=help_text)
     elif spec.kind == "choice":
         group.add_argument(
             spec.flag,
+            action=_Store,
             type=_choice_type(spec),
             choices=spec.choices,
             default=spec.default,
             help=help_text,
         )
     else:
-        group.add_argument(spec.flag, type=_typed(spec), default=spec.default, help=help_text)
+        group.add_argument(
+            spec.flag, action=_Store, type=_typed(spec), default=spec.default, help=help_text
+        )
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,10 +93,40 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         help="fetch config.json and safetensors headers (never weights) of a Hub id "
         "that is not in the catalogue or the local cache",
     )
+    group.add_argument(
+        "--from",
+        dest="from_files",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="plan from a training config: axolotl or LLaMA-Factory YAML, TRL SFTConfig or "
+        "TrainingArguments (YAML/JSON), DeepSpeed JSON, accelerate config (repeatable; "
+        "flags override it)",
+    )
+    group.add_argument(
+        "--from-args",
+        dest="from_args",
+        metavar="COMMAND",
+        action="append",
+        default=[],
+        help='plan from a training command line, e.g. "trl sft --model_name_or_path X '
+        '--per_device_train_batch_size 4" or "accelerate launch train.py ..."',
+    )
 
 
 def resolve_for_args(ns: argparse.Namespace, plan: Plan) -> ModelSpec:
-    """The plan's model, downloading its config first when --download asks for it."""
+    """The plan's model, downloading its config first when --download asks for it. A model
+    named by a config key is reported by that key (``axo.yml:1 base_model: unknown ...``)."""
+    try:
+        return _resolve(ns, plan)
+    except PlanError as exc:
+        origin = getattr(ns, "plan_origins", {}).get("model", "")
+        if exc.field != "model" or not _from_file(origin):
+            raise
+        raise PlanError(origin, exc.message) from None
+
+
+def _resolve(ns: argparse.Namespace, plan: Plan) -> ModelSpec:
     try:
         return resolve_model(plan.model)
     except PlanError:
@@ -81,20 +139,63 @@ def resolve_for_args(ns: argparse.Namespace, plan: Plan) -> ModelSpec:
     return resolve_model(plan.model)
 
 
-def plan_from_args(ns: argparse.Namespace) -> Plan:
-    """The validated Plan the flags describe (raises PlanError on bad values or combinations,
-    named by flag)."""
+@dataclass(frozen=True)
+class Planned:
+    """The plan the flags and --from files describe, and where each field came from."""
+
+    plan: Plan
+    origins: dict[str, str]
+    unmodelled: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+TRAINMEM_DEFAULT = "trainmem default"
+
+
+def _from_file(origin: str) -> bool:
+    return not origin.startswith("flag ") and origin != TRAINMEM_DEFAULT
+
+
+def planned_from_args(ns: argparse.Namespace) -> Planned:
+    """The validated plan: trainmem's defaults, under the --from files' values, under the
+    flags typed. Raises PlanError named by the flag or the config key at fault."""
+    given: set[str] = set(getattr(ns, GIVEN, ()))
     values = {spec.name: getattr(ns, spec.name) for spec in PLAN_FIELDS}
+    origins = {
+        s.name: f"flag {s.flag}" if s.name in given else TRAINMEM_DEFAULT for s in PLAN_FIELDS
+    }
+    unmodelled: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    files_given = getattr(ns, "from_files", []) or []
+    commands = getattr(ns, "from_args", []) or []
+    if files_given or commands:
+        from trainmem.sources.configs import read_configs
+
+        config = read_configs(files_given, commands)
+        for name, value in config.values.items():
+            if name in values and name not in given:
+                values[name], origins[name] = value, config.origins[name]
+        unmodelled, notes = config.unmodelled, config.notes
     revision = getattr(ns, "revision", None)
     if revision:
-        model, _, given = values["model"].partition("@")
-        if given and given != revision:
-            raise PlanError("--revision", f"{revision!r} differs from {given!r} in --model")
+        model, _, pinned = values["model"].partition("@")
+        if pinned and pinned != revision:
+            raise PlanError("--revision", f"{revision!r} differs from {pinned!r} in --model")
         values["model"] = f"{model}@{revision}"
+        origins["model"] = f"{origins['model']}, flag --revision"
     try:
-        return Plan(**values).validated()
+        plan = Plan(**values).validated()
     except PlanError as exc:
         spec = next((s for s in PLAN_FIELDS if s.name == exc.field), None)
         if spec is None:
             raise
-        raise PlanError(spec.flag, exc.message) from None
+        origin = origins[spec.name]
+        raise PlanError(origin if _from_file(origin) else spec.flag, exc.message) from None
+    ns.plan_origins = origins  # for resolve_for_args, which names a config's model key
+    return Planned(plan, origins, unmodelled, notes)
+
+
+def plan_from_args(ns: argparse.Namespace) -> Plan:
+    """The validated Plan the flags (and --from files) describe (raises PlanError on bad
+    values or combinations, named by flag or config key)."""
+    return planned_from_args(ns).plan

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from trainmem.cli.plan_args import add_plan_arguments, plan_from_args, resolve_for_args
+from trainmem.cli.plan_args import Planned, add_plan_arguments, planned_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
 
 
@@ -28,8 +28,8 @@ def run(ns: argparse.Namespace) -> int:
     from trainmem.planner.report import build_report
 
     try:
-        plan = plan_from_args(ns)
-        report = build_report(plan, resolve_for_args(ns, plan))
+        planned = planned_from_args(ns)
+        report = build_report(planned.plan, resolve_for_args(ns, planned.plan))
     except (PlanError, ValueError) as exc:
         sys.stderr.write(f"trainmem-tui plan: error: {exc}\n")
         return 2
@@ -40,10 +40,45 @@ def run(ns: argparse.Namespace) -> int:
             return 2
         status = 0 if all(f.fits for f in report.fit) else 1
     if ns.json:
-        json.dump(report.to_json(), sys.stdout, indent=2, allow_nan=False)
+        out = report.to_json()
+        # Where each plan field came from, and the config keys the estimate leaves out.
+        out["origins"] = dict(planned.origins)
+        out["unmodelled"] = list(planned.unmodelled)
+        out["notes"] = [*out["notes"], *_config_notes(planned)]
+        json.dump(out, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return status
     from trainmem.cli.render import render_report
 
     render_report(report)
+    if ns.from_files or ns.from_args:
+        _render_origins(planned)
     return status
+
+
+def _config_notes(planned: Planned) -> list[str]:
+    return [
+        *(f"not modelled: {key}" for key in planned.unmodelled),
+        *planned.notes,
+    ]
+
+
+def _render_origins(planned: Planned) -> None:
+    """The "from" section: each field's value and origin, then what is not modelled."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainmem.core.plan import FIELDS_BY_NAME
+
+    console = Console()
+    table = Table(title="plan fields from", title_justify="left", show_edge=False)
+    table.add_column("field")
+    table.add_column("value")
+    table.add_column("from")
+    for name, origin in planned.origins.items():
+        spec = FIELDS_BY_NAME[name]
+        value = spec.format(getattr(planned.plan, name))
+        table.add_row(name, value, origin, style="dim" if origin == "trainmem default" else "")
+    console.print(table)
+    for note in _config_notes(planned):
+        console.print(f"[dim]note: {note}[/dim]", highlight=False)

@@ -1,0 +1,264 @@
+"""What every training-config reader shares: the parsed document with the line of each key,
+typed reads that fail as one line naming file, line and key, and the result, a ``ConfigPlan``.
+
+A ``ConfigPlan`` holds plan-field values keyed by Plan field name and, for each, where it
+came from: ``file:line key`` for a key of a file, ``<framework> default (<source file>:<line>,
+<version>)`` for a key the file leaves out. Keys that change memory but that no plan field
+expresses are kept by name in ``unmodelled``; keys that do not change memory are not
+looked at.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from trainmem.core.errors import PlanError
+from trainmem.sources.files import show
+
+FIELD = "--from"  # the PlanError field of every config error: the flag that named the file
+Kind = Literal["training", "launcher"]  # a launcher file (DeepSpeed, accelerate) ranks lower
+
+
+@dataclass(frozen=True)
+class Doc:
+    """One parsed config: its top-level mapping, the 1-based line of each dotted key (none
+    for a command line) and how to name it in messages."""
+
+    name: str
+    data: Mapping[str, Any]
+    lines: Mapping[str, int] = field(default_factory=dict)
+    path: Path | None = None  # the file, for paths it names (relative to its folder)
+    # Top-level keys that came from elsewhere (a command line over its --config file), and
+    # the name to show for them.
+    shown_as: Mapping[str, str] = field(default_factory=dict)
+    command: bool = False  # keys are a command line's --options
+
+    def origin(self, key: str) -> str:
+        if self.command or key.split(".", 1)[0] in self.shown_as:
+            return f"{self.where(key)} --{key}"
+        return f"{self.where(key)} {key}"
+
+    def where(self, key: str) -> str:
+        name = self.shown_as.get(key.split(".", 1)[0])
+        if name is not None:
+            return name
+        line = self.lines.get(key)
+        return f"{self.name}:{line}" if line else self.name
+
+    def error(self, key: str, message: str) -> PlanError:
+        return PlanError(FIELD, f"{self.where(key)}: {key}: {message}")
+
+    def has(self, key: str) -> bool:
+        return self.lookup(key) is not None
+
+    def lookup(self, key: str) -> Any:
+        """The value at a dotted key (``zero_optimization.stage``); None when absent."""
+        value: Any = self.data
+        for part in key.split("."):
+            if not isinstance(value, Mapping) or part not in value:
+                return None
+            value = value[part]
+        return value
+
+    # Typed reads. Values from a command line are text, so text is converted as
+    # HfArgumentParser would (transformers/hf_argparser.py string_to_bool).
+
+    def text(self, key: str) -> str | None:
+        value = self.lookup(key)
+        if value is None:
+            return None
+        if isinstance(value, (dict, list)):
+            raise self.error(key, f"{_shown(value)} is not text")
+        return str(value).strip()
+
+    def integer(self, key: str) -> int | None:
+        value = self.lookup(key)
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            return int(value.strip())
+        raise self.error(key, f"{_shown(value)} is not a whole number")
+
+    def number(self, key: str) -> float | None:
+        value = self.lookup(key)
+        if value is None:
+            return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise self.error(key, f"{_shown(value)} is not a number")
+
+    def flag(self, key: str) -> bool | None:
+        value = self.lookup(key)
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+            return value.strip().lower() in _TRUE
+        raise self.error(key, f"{_shown(value)} is not true or false")
+
+    def names(self, key: str) -> list[str] | None:
+        """A list of names: a YAML/JSON list, or text separated by commas or spaces."""
+        value = self.lookup(key)
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return [n for n in value.replace(",", " ").split() if n]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return [v.strip() for v in value if v.strip()]
+        raise self.error(key, f"{_shown(value)} is not a list of names")
+
+
+_TRUE = ("true", "yes", "t", "y", "1")
+_FALSE = ("false", "no", "f", "n", "0")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+@dataclass(frozen=True)
+class ConfigPlan:
+    """Plan-field values read from config files, with where each came from."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+    unmodelled: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    explicit: frozenset[str] = frozenset()  # fields set by a key, not a framework default
+    kind: Kind = "training"
+
+    def under(self, other: ConfigPlan) -> ConfigPlan:
+        """This plan's values with ``other``'s on top where ``other`` ranks higher: a key
+        beats a framework default, a training config beats a launcher file, and between
+        equals the later file (``other``) wins, with a note when the two disagree."""
+        values, origins = dict(self.values), dict(self.origins)
+        notes = [*self.notes, *other.notes]
+        explicit = set(self.explicit)
+        for name, value in other.values.items():
+            if name in values and _rank(self, name) > _rank(other, name):
+                if name in other.explicit and values[name] != value:
+                    notes.append(
+                        f"{name}: {origins[name]} ({_shown(values[name])}) is used over "
+                        f"{other.origins[name]} ({_shown(value)})"
+                    )
+                continue
+            if name in self.explicit and name in other.explicit and values[name] != value:
+                notes.append(
+                    f"{name}: {other.origins[name]} ({_shown(value)}) is used over "
+                    f"{origins[name]} ({_shown(values[name])})"
+                )
+            values[name], origins[name] = value, other.origins[name]
+            if name in other.explicit:
+                explicit.add(name)
+        kind: Kind = "training" if "training" in (self.kind, other.kind) else "launcher"
+        return ConfigPlan(
+            values,
+            origins,
+            _unique((*self.unmodelled, *other.unmodelled)),
+            _unique(notes),
+            frozenset(explicit),
+            kind,
+        )
+
+
+# How a reader opens a file its config names: (path, the origin that named it) -> its plan.
+ReadFile = Callable[[Path, str], "ConfigPlan"]
+
+
+def _rank(plan: ConfigPlan, name: str) -> int:
+    return (2 if name in plan.explicit else 0) + (1 if plan.kind == "training" else 0)
+
+
+def _unique(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+@dataclass
+class Reading:
+    """A ConfigPlan being built from one document."""
+
+    doc: Doc
+    framework: str  # "axolotl 067b021": named in the origin of each default
+    kind: Kind = "training"
+    values: dict[str, Any] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+    explicit: set[str] = field(default_factory=set)
+    unmodelled: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def set(self, name: str, value: Any, key: str) -> None:
+        """Field ``name`` from key ``key`` of the document."""
+        self.values[name], self.origins[name] = value, self.doc.origin(key)
+        self.explicit.add(name)
+
+    def default(self, name: str, value: Any, source: str) -> None:
+        """Field ``name`` from the framework's default for an absent key; ``source`` is the
+        framework file and line that sets it."""
+        self.values[name] = value
+        self.origins[name] = f"{self.framework} default ({source})"
+        self.explicit.discard(name)
+
+    def unmodelled_key(self, key: str, why: str = "") -> None:
+        """A key that changes memory but no plan field expresses (named in the notes)."""
+        self.unmodelled.append(f"{self.doc.origin(key)}{f' ({why})' if why else ''}")
+
+    def unmodelled_present(self, keys: Mapping[str, str]) -> None:
+        """Each of ``keys`` that is set to something other than off / empty."""
+        for key, why in keys.items():
+            value = self.doc.lookup(key)
+            if value not in (None, False, "", [], {}, "false", "False", 0):
+                self.unmodelled_key(key, why)
+
+    def typos(self, known: Iterable[str]) -> None:
+        """Top-level keys that are not known but look like a known one: a note each, so a
+        misspelt micro_batch_size is not silently planned at its default."""
+        known = set(known)
+        for key in self.doc.data:
+            if key in known:
+                continue
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.85)
+            if close:
+                self.notes.append(
+                    f"{self.doc.origin(str(key))}: unknown key, ignored (did you mean {close[0]}?)"
+                )
+
+    def merged(self, other: ConfigPlan) -> None:
+        """Fold in a file this one names (a DeepSpeed or accelerate file): its values rank
+        below this document's keys."""
+        mine = self.result()
+        both = other.under(mine)
+        self.values, self.origins = dict(both.values), dict(both.origins)
+        self.explicit = set(both.explicit)
+        self.unmodelled, self.notes = list(both.unmodelled), list(both.notes)
+
+    def result(self) -> ConfigPlan:
+        return ConfigPlan(
+            dict(self.values),
+            dict(self.origins),
+            _unique(self.unmodelled),
+            _unique(self.notes),
+            frozenset(self.explicit),
+            self.kind,
+        )
+
+
+def named_path(doc: Doc, key: str, text: str) -> Path:
+    """A file a config names (``deepspeed: ds.json``), relative to that config's folder."""
+    path = Path(text).expanduser()
+    if not path.is_absolute() and doc.path is not None:
+        path = doc.path.parent / path
+    return path
+
+
+__all__ = ["FIELD", "ConfigPlan", "Doc", "ReadFile", "Reading", "named_path", "show"]

@@ -1,0 +1,155 @@
+"""Which framework a config is written for, recognised by its keys (not its name), and the
+reading of every file and command line given with --from / --from-args into one
+ConfigPlan: files in the order given, a later one over an earlier one for the same key."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainmem.core.errors import PlanError
+from trainmem.sources import files
+from trainmem.sources.configs import (
+    accelerate,
+    axolotl,
+    command_line,
+    deepspeed,
+    llama_factory,
+    trainer_args,
+)
+from trainmem.sources.configs.common import FIELD, ConfigPlan, Doc, Reading, named_path
+from trainmem.sources.configs.loader import read_doc
+
+Reader = Callable[[Doc], ConfigPlan]
+
+
+def _readers() -> dict[str, tuple[Callable[[Doc], int], Reader]]:
+    return {
+        "axolotl": (axolotl.looks_like, lambda d: axolotl.read(d, read_named)),
+        "LLaMA-Factory": (llama_factory.looks_like, lambda d: llama_factory.read(d, read_named)),
+        "DeepSpeed": (deepspeed.looks_like, deepspeed.read),
+        "accelerate": (accelerate.looks_like, lambda d: accelerate.read(d, read_named)),
+        "TrainingArguments": (
+            trainer_args.looks_like,
+            lambda d: trainer_args.read(d, read_named),
+        ),
+    }
+
+
+def detect(doc: Doc) -> str:
+    """The framework whose keys the document has most of; PlanError when none."""
+    scores = {name: looks(doc) for name, (looks, _) in _readers().items()}
+    best = max(scores, key=lambda n: scores[n])
+    if scores[best] == 0:
+        raise PlanError(
+            FIELD,
+            f"{doc.name}: not a training config trainmem reads (no key of axolotl, "
+            "LLaMA-Factory, TRL/TrainingArguments, DeepSpeed or accelerate, such as "
+            "base_model, finetuning_type, per_device_train_batch_size, zero_optimization "
+            "or distributed_type)",
+        )
+    return best
+
+
+def read_doc_plan(doc: Doc) -> ConfigPlan:
+    return _readers()[detect(doc)][1](doc)
+
+
+def read_file(path: Path) -> ConfigPlan:
+    return read_doc_plan(read_doc(path))
+
+
+def read_named(path: Path, named_by: str) -> ConfigPlan:
+    """A DeepSpeed or accelerate file that a config names by path."""
+    try:
+        doc = read_doc(path)
+    except PlanError as exc:
+        if files.kind(path) is None:
+            raise PlanError(FIELD, f"{named_by}: no such file: {files.show(path)}") from None
+        raise exc from None
+    return read_doc_plan(doc)
+
+
+def read_command(text: str, cwd: Path | None = None) -> ConfigPlan:
+    """A training command line: the launcher's options, then the program's arguments
+    (over the config file it names, if any)."""
+    cmd = command_line.parse(text)
+    launcher = _launcher_plan(cmd, cwd)
+    program = cmd.program.split()
+    if program[0] == "trl" and program[1:] != ["sft"]:
+        raise PlanError(
+            command_line.NAME,
+            f"`{cmd.program}` is not planned: only `trl sft` (supervised fine-tuning) is; "
+            "DPO, KTO, reward and GRPO steps hold reference models, pairs or generations",
+        )
+    here = (cwd or Path.cwd()) / "command"  # paths in a command are the shell's
+    args_doc = Doc(command_line.NAME, cmd.args, {}, here, command=True)
+    if cmd.config_file:
+        base = read_doc(named_path(args_doc, "config", cmd.config_file))
+        shown_as = {k: command_line.NAME for k in cmd.args}
+        doc = Doc(base.name, {**base.data, **cmd.args}, base.lines, base.path, shown_as)
+        if program[0] in ("llamafactory-cli", "lmf"):
+            plan = llama_factory.read(doc, read_named)
+        elif program[0] == "axolotl":
+            plan = axolotl.read(doc, read_named)
+        else:
+            plan = trainer_args.read(doc, read_named, trl=program[0] == "trl" or None)
+    else:
+        plan = trainer_args.read(args_doc, read_named, trl=program[0] == "trl" or None)
+    return launcher.under(plan) if launcher is not None else plan
+
+
+def _launcher_plan(cmd: command_line.Command, cwd: Path | None) -> ConfigPlan | None:
+    opts = cmd.launcher_args
+    if not cmd.launcher:
+        return None
+    here = (cwd or Path.cwd()) / "command"
+    if cmd.launcher == "accelerate":
+        data: dict[str, Any] = {}
+        if "num_processes" in opts:
+            data["num_processes"] = opts["num_processes"]
+        if "num_machines" in opts:
+            data["num_machines"] = opts["num_machines"]
+        if "mixed_precision" in opts:
+            data["mixed_precision"] = opts["mixed_precision"]
+        kind = "DEEPSPEED" if opts.get("use_deepspeed") else "FSDP" if opts.get("use_fsdp") else ""
+        ds_keys = ("zero_stage", "offload_optimizer_device", "offload_param_device")
+        ds = {k: opts[k] for k in (*ds_keys, "deepspeed_config_file") if k in opts}
+        if ds:
+            kind = "DEEPSPEED"
+            data["deepspeed_config"] = ds
+        if kind:
+            data["distributed_type"] = kind
+        elif "num_processes" in data or opts.get("multi_gpu"):
+            data["distributed_type"] = "MULTI_GPU"
+        doc = Doc(command_line.NAME, data, {}, here, command=True)
+        plan = accelerate.read(doc, read_named) if data else ConfigPlan(kind="launcher")
+        config = opts.get("config_file")
+        if isinstance(config, str):
+            return read_file(named_path(doc, "config_file", config)).under(plan)
+        return plan
+    r = Reading(Doc(command_line.NAME, opts, {}, here, command=True), cmd.launcher, kind="launcher")
+    per_node_key = "nproc_per_node" if cmd.launcher == "torchrun" else "num_gpus"
+    nodes_key = "nnodes" if cmd.launcher == "torchrun" else "num_nodes"
+    per_node = r.doc.integer(per_node_key)
+    nodes = r.doc.integer(nodes_key) or 1
+    if per_node is not None:
+        r.set("gpus", per_node * nodes, per_node_key)
+    if nodes > 1:
+        r.unmodelled_key(nodes_key, "several nodes: planned per GPU")
+    return r.result()
+
+
+def read_configs(paths: Sequence[str | Path], commands: Sequence[str] = ()) -> ConfigPlan:
+    """Every --from file then every --from-args command, folded in order."""
+    plan = ConfigPlan(kind="launcher")
+    for given in paths:
+        try:
+            path = files.expand(given)
+        except files.FileReadError as exc:
+            raise PlanError(FIELD, str(exc)) from None
+        plan = plan.under(read_file(path))
+    for text in commands:
+        plan = plan.under(read_command(text))
+    return plan

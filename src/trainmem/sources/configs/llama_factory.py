@@ -1,0 +1,241 @@
+"""LLaMA-Factory YAML (hiyouga/LlamaFactory ff6d4d1; src/llamafactory/hparams/), whose
+training keys are transformers 5.24's TrainingArguments (Seq2SeqTrainingArguments)."""
+
+from __future__ import annotations
+
+from trainmem.core.errors import PlanError
+from trainmem.sources.configs import deepspeed as ds
+from trainmem.sources.configs import optimizers
+from trainmem.sources.configs.common import FIELD, ConfigPlan, Doc, ReadFile, Reading, named_path
+from trainmem.sources.configs.lora import set_modules_to_save, set_targets
+
+FRAMEWORK = "LLaMA-Factory ff6d4d1"
+HP = "src/llamafactory/hparams"
+MARKERS = (
+    "stage",
+    "finetuning_type",
+    "cutoff_len",
+    "template",
+    "lora_target",
+    "quantization_bit",
+    "flash_attn",
+    "pure_bf16",
+    "disable_gradient_checkpointing",
+    "enable_liger_kernel",
+    "dataset_dir",
+    "lora_rank",
+)
+_ATTN = {"disabled": "eager", "sdpa": "sdpa", "fa2": "flash-attention-2"}
+_UNMODELLED = {
+    "use_unsloth": "unsloth kernels",
+    "use_unsloth_gc": "unsloth's checkpointing",
+    "use_galore": "GaLore projections",
+    "use_apollo": "APOLLO projections",
+    "use_badam": "BAdam block updates",
+    "use_adam_mini": "Adam-mini states",
+    "use_muon": "Muon states",
+    "use_llama_pro": "LLaMA Pro expanded blocks",
+    "use_dora": "DoRA magnitude vectors",
+    "pissa_init": "PiSSA initialisation",
+    "shift_attn": "shifted sparse attention",
+    "mixture_of_depths": "mixture of depths",
+    "upcast_layernorm": "fp32 layer norms",
+    "upcast_lmhead_output": "fp32 lm_head output",
+    "use_kt": "KTransformers offload",
+    "sequence_parallel_size": "sequence parallelism",
+    "fp8": "fp8 training",
+    "fsdp": "FSDP sharding (issue 10)",
+    "fsdp_config": "FSDP sharding (issue 10)",
+    "torch_compile": "compile workspace",
+}
+_KNOWN = (
+    *MARKERS,
+    *_UNMODELLED,
+    "model_name_or_path",
+    "quantization_method",
+    "quantization_type",
+    "double_quantization",
+    "lora_alpha",
+    "lora_dropout",
+    "additional_target",
+    "per_device_train_batch_size",
+    "bf16",
+    "fp16",
+    "optim",
+    "packing",
+    "neat_packing",
+    "deepspeed",
+)
+
+
+def looks_like(doc: Doc) -> int:
+    return sum(k in doc.data for k in MARKERS) * 2
+
+
+def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
+    r = Reading(doc, FRAMEWORK)
+    stage = (doc.text("stage") or "sft").lower()  # finetuning_args.py:460
+    if stage not in ("sft", "pt"):
+        raise PlanError(
+            FIELD,
+            f"{doc.where('stage')}: stage: {stage} is not planned: only sft and pt are "
+            "(reward models, PPO, DPO and KTO hold value heads, reference models or pairs)",
+        )
+    r.values["stack"], r.origins["stack"] = "llama-factory", f"{doc.name}: LLaMA-Factory keys"
+    r.explicit.add("stack")
+    model = doc.text("model_name_or_path")
+    if model:
+        r.set("model", model, "model_name_or_path")
+    else:
+        r.notes.append(f"{doc.name} names no model_name_or_path: the plan's model is --model's")
+    _method(r)
+    _int(r, "seq_len", "cutoff_len", 2048, f"{HP}/data_args.py:46")
+    _int(r, "batch", "per_device_train_batch_size", 8, "transformers/training_args.py:777")
+    disabled = doc.flag("disable_gradient_checkpointing")
+    if disabled is None:  # on unless disabled (model/model_utils/checkpointing.py:184)
+        r.default("grad_ckpt", True, f"{HP}/model_args.py:145")
+    else:
+        r.set("grad_ckpt", not disabled, "disable_gradient_checkpointing")
+    _precision(r)
+    if not optimizers.read_optimizer(r, "optim"):
+        r.default("optimizer", "adamw", "transformers/training_args.py:806-814, torch >= 2.8")
+    _packing(r, stage)
+    _attention(r)
+    if doc.flag("enable_liger_kernel"):  # model/model_utils/liger_kernel.py:97-101: FLCE
+        r.set("loss", "fused", "enable_liger_kernel")
+    r.unmodelled_present(_UNMODELLED)
+    _deepspeed(r, read_file)
+    r.typos(_KNOWN)
+    return r.result()
+
+
+def _int(r: Reading, name: str, key: str, default: int, source: str) -> None:
+    value = r.doc.integer(key)
+    if value is None:
+        r.default(name, default, source)
+    else:
+        r.set(name, value, key)
+
+
+def _method(r: Reading) -> None:
+    doc = r.doc
+    kind = (doc.text("finetuning_type") or "lora").lower()
+    if kind not in ("lora", "full"):
+        raise doc.error("finetuning_type", f"{kind} is not planned (lora or full)")
+    bits = doc.integer("quantization_bit")
+    if bits is not None and kind != "lora":
+        raise doc.error("quantization_bit", "quantization trains only with LoRA")
+    if kind == "full":
+        if doc.has("finetuning_type"):
+            r.set("method", "full", "finetuning_type")
+        return
+    if bits is None:
+        if doc.has("finetuning_type"):
+            r.set("method", "lora", "finetuning_type")
+        else:
+            r.default("method", "lora", f"{HP}/finetuning_args.py:464")
+    else:
+        _quantized(r, bits)
+    _lora(r)
+
+
+def _quantized(r: Reading, bits: int) -> None:
+    doc = r.doc
+    method = (doc.text("quantization_method") or "bnb").lower()  # model_args.py:279
+    if method != "bnb":
+        raise doc.error("quantization_method", f"{method} is not planned (bnb)")
+    r.set("method", "qlora", "quantization_bit")
+    if bits == 8:
+        r.set("quant", "int8", "quantization_bit")
+        return
+    if bits != 4:
+        raise doc.error("quantization_bit", f"{bits} bits are not planned with bnb (4 or 8)")
+    quant = (doc.text("quantization_type") or "").lower()
+    if quant:
+        if quant not in ("nf4", "fp4"):
+            raise doc.error("quantization_type", f"{quant!r} is not nf4 or fp4")
+        r.set("quant", quant, "quantization_type")
+    else:
+        r.default("quant", "nf4", f"{HP}/model_args.py:287")
+    double = doc.flag("double_quantization")
+    if double is None:
+        r.default("double_quant", True, f"{HP}/model_args.py:291")
+    else:
+        r.set("double_quant", double, "double_quantization")
+
+
+def _lora(r: Reading) -> None:
+    doc = r.doc
+    _int(r, "lora_rank", "lora_rank", 8, f"{HP}/finetuning_args.py:77")
+    alpha = doc.number("lora_alpha")
+    if alpha is None:  # finetuning_args.py:587: lora_alpha or lora_rank * 2
+        r.default("lora_alpha", 2.0 * r.values["lora_rank"], f"{HP}/finetuning_args.py:587")
+    else:
+        r.set("lora_alpha", alpha, "lora_alpha")
+    dropout = doc.number("lora_dropout")
+    if dropout is None:
+        r.default("lora_dropout", 0.0, f"{HP}/finetuning_args.py:73")
+    else:
+        r.set("lora_dropout", dropout, "lora_dropout")
+    names = doc.names("lora_target")
+    if names:
+        set_targets(r, "lora_target", names)
+    else:
+        r.default("lora_targets", "all-linear", f"{HP}/finetuning_args.py:81 all")
+    saved = doc.names("additional_target")
+    if saved:
+        set_modules_to_save(r, "additional_target", saved)
+
+
+def _precision(r: Reading) -> None:
+    """Trainable parameters are upcast to fp32 unless pure_bf16 (model/adapter.py:337-349),
+    and bf16/fp16 run the Trainer's autocast: full fine-tuning is then fp32 weights under
+    autocast, LoRA a 16-bit base (torch_dtype auto, model/loader.py:154) under autocast."""
+    doc = r.doc
+    adapter = r.values.get("method") in ("lora", "qlora")
+    if doc.flag("pure_bf16"):
+        r.set("precision", "bf16", "pure_bf16")
+    elif doc.flag("bf16"):
+        r.set("precision", "bf16-mixed", "bf16")
+    elif doc.flag("fp16"):
+        r.set("precision", "fp16-mixed", "fp16")
+    else:  # no autocast: fp32 trainable weights; a LoRA base in the checkpoint's 16 bits
+        r.default(
+            "precision",
+            "bf16" if adapter else "fp32",
+            "transformers/training_args.py:874, :880; model/adapter.py:337-349",
+        )
+
+
+def _packing(r: Reading, stage: str) -> None:
+    doc = r.doc
+    for key in ("neat_packing", "packing"):
+        value = doc.flag(key)
+        if value:
+            r.set("packing", True, key)
+            return
+    if doc.has("packing"):
+        r.set("packing", False, "packing")
+    else:  # hparams/parser.py:645: on for stage pt
+        r.default("packing", stage == "pt", f"{HP}/data_args.py:108, parser.py:645")
+
+
+def _attention(r: Reading) -> None:
+    doc = r.doc
+    value = (doc.text("flash_attn") or "auto").lower()  # model_args.py:117
+    if value == "auto":
+        return  # leaves transformers' choice, sdpa (model/model_utils/attention.py:65)
+    attn = _ATTN.get(value)
+    if attn is None:
+        r.unmodelled_key("flash_attn", f"{value} is not modelled; planned as sdpa")
+    else:
+        r.set("attn", attn, "flash_attn")
+
+
+def _deepspeed(r: Reading, read_file: ReadFile) -> None:
+    doc = r.doc
+    value = doc.lookup("deepspeed")
+    if isinstance(value, str) and value.strip():
+        r.merged(read_file(named_path(doc, "deepspeed", value.strip()), doc.origin("deepspeed")))
+    elif isinstance(value, dict):
+        r.merged(ds.read(Doc(doc.name, value, {}, doc.path)))

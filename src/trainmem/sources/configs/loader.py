@@ -1,0 +1,120 @@
+"""Read a config file into a ``Doc``: JSON or YAML by content, with the line of every key.
+
+Files are read through trainmem.sources.files (regular files only, size capped). YAML goes
+through PyYAML's safe loader (no Python objects are built); the node tree it composes gives
+each key's line, so a wrong value is reported at its line. A malformed file is one line
+with the file and the line of the problem.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml  # type: ignore[import-untyped,unused-ignore]
+
+from trainmem.core.errors import PlanError
+from trainmem.sources import files
+from trainmem.sources.configs.common import FIELD, Doc
+
+MAX_CONFIG = 4 * 2**20  # training configs are kilobytes; a larger file is something else
+
+
+def read_doc(path: Path, *, what: str = "config file") -> Doc:
+    """The parsed file at ``path``; PlanError (one line) for anything unreadable."""
+    try:
+        text = files.read_text(path, limit=MAX_CONFIG, what=what)
+    except files.FileReadError as exc:
+        raise PlanError(FIELD, str(exc)) from None
+    return parse_doc(text, files.show(path), path)
+
+
+def parse_doc(text: str, name: str, path: Path | None = None) -> Doc:
+    """JSON when it looks like JSON (a ``.json`` name or a leading ``{``), else YAML."""
+    looks_json = name.endswith(".json") or text.lstrip().startswith("{")
+    if looks_json:
+        try:
+            data = files.parse_json(text, what=name)
+        except files.FileReadError as exc:
+            problem = _json_problem(text, name) or str(exc)
+            if name.endswith(".json"):
+                raise PlanError(FIELD, problem) from None
+            try:  # a YAML flow mapping also starts with "{"
+                return _yaml_doc(text, name, path)
+            except PlanError:
+                raise PlanError(FIELD, problem) from None
+        if not isinstance(data, dict):
+            raise PlanError(FIELD, f"{name} holds {type(data).__name__}, not a mapping of keys")
+        return Doc(name, data, _json_lines(text), path)
+    return _yaml_doc(text, name, path)
+
+
+def _yaml_doc(text: str, name: str, path: Path | None) -> Doc:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = exc.problem or exc.context or "malformed"
+        raise PlanError(FIELD, f"{name}{line}: not valid YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise PlanError(FIELD, f"{name}: not valid YAML: {_one_line(exc)}") from None
+    except RecursionError:
+        raise PlanError(FIELD, f"{name}: nested too deeply") from None
+    finally:
+        loader.dispose()
+    if data is None:
+        raise PlanError(FIELD, f"{name} is empty")
+    if not isinstance(data, dict):
+        raise PlanError(FIELD, f"{name} holds a {type(data).__name__}, not a mapping of keys")
+    return Doc(name, data, dict(_node_lines(node)), path)
+
+
+def _node_lines(node: Any, prefix: str = "") -> Iterator[tuple[str, int]]:
+    """(dotted key, 1-based line) for every key of nested mappings. Each node is visited
+    once, so YAML aliases cannot make the walk grow."""
+    seen: set[int] = set()
+    stack = [(node, prefix)]
+    while stack:
+        item, at = stack.pop()
+        if not isinstance(item, yaml.MappingNode) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        for key_node, value_node in item.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                key = f"{at}{key_node.value}"
+                yield key, key_node.start_mark.line + 1
+                stack.append((value_node, f"{key}."))
+
+
+def _json_lines(text: str) -> dict[str, int]:
+    """Key lines of a JSON document, through the YAML composer (JSON is YAML); none when
+    PyYAML reads it differently (lines are only for messages)."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, RecursionError):
+        return {}
+    return dict(_node_lines(node))
+
+
+def _json_problem(text: str, name: str) -> str | None:
+    """``name:line: not valid JSON: why`` for a syntax error (files.parse_json words it
+    without the line in front); None for the errors it reports itself (depth, huge ints)."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"{name}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})"
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+__all__ = ["MAX_CONFIG", "parse_doc", "read_doc"]

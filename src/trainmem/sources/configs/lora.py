@@ -1,0 +1,51 @@
+"""LoRA settings every framework passes to PEFT: target module names and modules_to_save,
+turned into the plan's ``lora_targets`` and ``modules_to_save`` text."""
+
+from __future__ import annotations
+
+from trainmem.core.errors import PlanError
+from trainmem.sources.configs.common import FIELD, Reading
+
+# The decoder's linear layers by their transformers names (Llama, Qwen, Mistral, Gemma...).
+_MODULES = {
+    "q_proj": "q",
+    "k_proj": "k",
+    "v_proj": "v",
+    "o_proj": "o",
+    "gate_proj": "gate",
+    "up_proj": "up",
+    "down_proj": "down",
+}
+_ALL = ("all-linear", "all_linear", "all")  # PEFT's "all-linear", LLaMA-Factory's "all"
+SAVABLE = ("embed_tokens", "lm_head")
+
+
+def set_targets(r: Reading, key: str, names: list[str]) -> None:
+    """``lora_targets`` from module names (or all-linear); an adapter on embed_tokens or
+    lm_head is not modelled; other names cannot be planned (one line naming them)."""
+    if any(n.lower() in _ALL for n in names):
+        r.set("lora_targets", "all-linear", key)
+        return
+    kept = [_MODULES[n] for n in names if n in _MODULES]
+    on_edges = [n for n in names if n in SAVABLE]
+    unknown = [n for n in names if n not in _MODULES and n not in SAVABLE]
+    if unknown:
+        raise PlanError(
+            FIELD,
+            f"{r.doc.where(key)}: {key}: {', '.join(unknown)} not planned: trainmem puts "
+            f"LoRA on {', '.join(_MODULES)} (or all-linear)",
+        )
+    if on_edges:
+        r.unmodelled_key(key, f"LoRA adapters on {', '.join(on_edges)}")
+    if not kept:
+        raise PlanError(FIELD, f"{r.doc.where(key)}: {key}: no decoder linear layer targeted")
+    r.set("lora_targets", ",".join(kept), key)
+
+
+def set_modules_to_save(r: Reading, key: str, names: list[str]) -> None:
+    """``modules_to_save``: embed_tokens and lm_head are planned; others are not modelled."""
+    kept = [n for n in SAVABLE if n in names]
+    other = [n for n in names if n not in SAVABLE]
+    if other:
+        r.unmodelled_key(key, f"modules_to_save {', '.join(other)}")
+    r.set("modules_to_save", ",".join(kept), key)

@@ -1,0 +1,357 @@
+"""TRL ``SFTConfig`` and Hugging Face ``TrainingArguments`` as YAML, JSON or a command line,
+with TRL's ``ModelConfig`` keys (`trl sft --config`): TRL 1.16.0 (trl/trainer/sft_config.py,
+base_config.py, model_config.py) over transformers 5.24.0 (transformers/training_args.py).
+
+A document is TRL's when it has a key only TRL defines (or came from `trl sft`); otherwise
+it is plain TrainingArguments, which say nothing about the model, its dtype, LoRA or the
+sequence length: those stay as trainmem's defaults (or the script's own keys, when given),
+and the output says so.
+"""
+
+from __future__ import annotations
+
+from trainmem.core.errors import PlanError
+from trainmem.sources.configs import optimizers
+from trainmem.sources.configs.common import FIELD, ConfigPlan, Doc, ReadFile, Reading, named_path
+from trainmem.sources.configs.lora import set_modules_to_save, set_targets
+
+TRL = "TRL 1.16.0"
+HF = "transformers 5.24.0"
+# Keys only TRL's SFTConfig / ModelConfig / ScriptArguments define.
+TRL_KEYS = frozenset(
+    {
+        "max_length",
+        "packing",
+        "packing_strategy",
+        "padding_free",
+        "dataset_text_field",
+        "dataset_name",
+        "completion_only_loss",
+        "assistant_only_loss",
+        "loss_type",
+        "model_init_kwargs",
+        "model_name_or_path",
+        "use_peft",
+        "lora_r",
+        "load_in_4bit",
+        "load_in_8bit",
+        "use_bnb_nested_quant",
+        "activation_offloading",
+        "chat_template_path",
+    }
+)
+HF_KEYS = frozenset(
+    {
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "output_dir",
+        "optim",
+        "learning_rate",
+        "num_train_epochs",
+        "bf16",
+        "gradient_checkpointing",
+        "activation_checkpointing",
+        "deepspeed",
+    }
+)
+# Keys of DPO, KTO, reward, GRPO and RLOO configs that SFT has not: their steps hold a
+# reference model, pairs of sequences or generations, which the memory model does not.
+_OTHER_STAGES = {
+    "beta": "DPO/KTO",
+    "ref_model_init_kwargs": "DPO/KTO",
+    "precompute_ref_log_probs": "DPO/KTO",
+    "max_prompt_length": "DPO/KTO/GRPO",
+    "rpo_alpha": "DPO",
+    "desirable_weight": "KTO",
+    "center_rewards_coefficient": "reward modelling",
+    "num_generations": "GRPO/RLOO",
+}
+_ATTN = {
+    "sdpa": "sdpa",
+    "eager": "eager",
+    "flash_attention_2": "flash-attention-2",
+    "flex_attention": "flex",
+}
+_DTYPES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+_UNMODELLED = {
+    "fsdp": "FSDP sharding (issue 10)",
+    "fsdp_config": "FSDP sharding (issue 10)",
+    "torch_compile": "compile workspace",
+    "activation_offloading": "TRL's activation offloading",
+    "auto_find_batch_size": "the batch is searched at run time",
+    "optim_target_modules": "GaLore/APOLLO projections",
+    "use_dora": "DoRA magnitude vectors",
+    "lora_target_parameters": "LoRA on parameters (MoE experts)",
+    "parallelism_config": "tensor/context parallelism",
+    "torch_empty_cache_steps": "cache emptying changes reserved memory",
+}
+
+
+def looks_like(doc: Doc) -> int:
+    return sum(k in doc.data for k in TRL_KEYS | HF_KEYS)
+
+
+def is_trl(doc: Doc) -> bool:
+    return any(k in doc.data for k in TRL_KEYS)
+
+
+def read(doc: Doc, read_file: ReadFile, *, trl: bool | None = None) -> ConfigPlan:
+    trl = is_trl(doc) if trl is None else trl
+    r = Reading(doc, TRL if trl else HF)
+    for key, stage in _OTHER_STAGES.items():
+        if doc.has(key):
+            raise PlanError(
+                FIELD,
+                f"{doc.where(key)}: {key}: a {stage} key; only supervised fine-tuning is "
+                "planned (a reference model, paired or generated sequences are not modelled)",
+            )
+    r.values["stack"], r.origins["stack"] = (
+        ("trl", f"{doc.name}: TRL keys") if trl else ("trainer", f"{doc.name}: TrainingArguments")
+    )
+    r.explicit.add("stack")
+    _model(r)
+    _method(r, trl)
+    _lengths(r, trl)
+    _checkpointing(r, trl)
+    _precision(r, trl)
+    if not optimizers.read_optimizer(r, "optim"):
+        r.default("optimizer", "adamw", "transformers/training_args.py:806-814, torch >= 2.8")
+    _loss(r, trl)
+    _attention(r)
+    r.unmodelled_present(_UNMODELLED)
+    deepspeed = doc.lookup("deepspeed")
+    if isinstance(deepspeed, str) and deepspeed.strip():
+        path = named_path(doc, "deepspeed", deepspeed.strip())
+        r.merged(read_file(path, doc.origin("deepspeed")))
+    elif isinstance(deepspeed, dict):
+        from trainmem.sources.configs import deepspeed as ds
+
+        r.merged(ds.read(Doc(doc.name, deepspeed, _sub_lines(doc, "deepspeed"), doc.path)))
+    r.typos({*TRL_KEYS, *HF_KEYS, "per_device_train_batch_size", "lora_alpha", "lora_dropout"})
+    return r.result()
+
+
+def _sub_lines(doc: Doc, key: str) -> dict[str, int]:
+    prefix = f"{key}."
+    return {k[len(prefix) :]: n for k, n in doc.lines.items() if k.startswith(prefix)}
+
+
+def _model(r: Reading) -> None:
+    doc = r.doc
+    model = doc.text("model_name_or_path")
+    if not model:
+        r.notes.append(
+            f"{doc.name} names no model (model_name_or_path): the plan's model is --model's"
+        )
+        return
+    revision = doc.text("model_revision")
+    if revision and revision != "main" and "@" not in model:
+        model = f"{model}@{revision}"
+    r.set("model", model, "model_name_or_path")
+
+
+def _method(r: Reading, trl: bool) -> None:
+    doc = r.doc
+    peft = doc.flag("use_peft")
+    four, eight = doc.flag("load_in_4bit"), doc.flag("load_in_8bit")
+    if four and eight:
+        raise doc.error("load_in_8bit", "load_in_4bit and load_in_8bit together")
+    if (four or eight) and not peft:
+        key = "load_in_4bit" if four else "load_in_8bit"
+        raise doc.error(key, "a quantized base trains only with LoRA (use_peft: true)")
+    if peft is None and not trl:
+        return  # TrainingArguments say nothing of adapters: --method decides
+    if not peft:
+        r.default("method", "full", "trl/trainer/model_config.py:103 use_peft False")
+        return
+    if four:
+        r.set("method", "qlora", "load_in_4bit")
+        quant = (doc.text("bnb_4bit_quant_type") or "nf4").lower()
+        if quant not in ("nf4", "fp4"):
+            raise doc.error("bnb_4bit_quant_type", f"{quant!r} is not nf4 or fp4")
+        if doc.has("bnb_4bit_quant_type"):
+            r.set("quant", quant, "bnb_4bit_quant_type")
+        else:
+            r.default("quant", "nf4", "trl/trainer/model_config.py:160")
+        nested = doc.flag("use_bnb_nested_quant")
+        if nested is None:
+            r.default("double_quant", False, "trl/trainer/model_config.py:164")
+        else:
+            r.set("double_quant", nested, "use_bnb_nested_quant")
+    elif eight:
+        r.set("method", "qlora", "load_in_8bit")
+        r.set("quant", "int8", "load_in_8bit")
+    else:
+        r.set("method", "lora", "use_peft")
+    _int_or_default(r, "lora_rank", "lora_r", 16, "trl/trainer/model_config.py:107")
+    alpha = doc.number("lora_alpha")
+    if alpha is None:
+        r.default("lora_alpha", 32.0, "trl/trainer/model_config.py:111")
+    else:
+        r.set("lora_alpha", alpha, "lora_alpha")
+    dropout = doc.number("lora_dropout")
+    if dropout is None:
+        r.default("lora_dropout", 0.05, "trl/trainer/model_config.py:115")
+    else:
+        r.set("lora_dropout", dropout, "lora_dropout")
+    targets = doc.names("lora_target_modules")
+    if targets:
+        set_targets(r, "lora_target_modules", targets)
+    else:  # None: PEFT's per-architecture list, q_proj and v_proj for Llama, Qwen, Mistral
+        r.default("lora_targets", "q,v", "peft/utils/constants.py:85, peft 0.21.2")
+    saved = doc.names("lora_modules_to_save")
+    if saved:
+        set_modules_to_save(r, "lora_modules_to_save", saved)
+
+
+def _int_or_default(r: Reading, name: str, key: str, default: int, source: str) -> None:
+    value = r.doc.integer(key)
+    if value is None:
+        r.default(name, default, source)
+    else:
+        r.set(name, value, key)
+
+
+def _lengths(r: Reading, trl: bool) -> None:
+    doc = r.doc
+    if trl:
+        if doc.has("max_seq_length") and not doc.has("max_length"):
+            raise doc.error(
+                "max_seq_length",
+                "was renamed max_length (TRL #2947) and removed (#3704); TRL 1.16 rejects it",
+            )
+        length = doc.lookup("max_length")
+        if length is None:
+            r.default("seq_len", 1024, "trl/trainer/sft_config.py:202")
+        elif str(length).lower() == "none":
+            raise doc.error("max_length", "None (no truncation): give the longest example")
+        else:
+            r.set("seq_len", doc.integer("max_length"), "max_length")
+    else:  # a script's own length argument, when it has one
+        for key in ("max_seq_length", "max_length", "block_size"):
+            if doc.has(key):
+                r.set("seq_len", doc.integer(key), key)
+                break
+    _int_or_default(
+        r, "batch", "per_device_train_batch_size", 8, "transformers/training_args.py:777"
+    )
+    packing = doc.flag("packing")
+    padding_free = doc.flag("padding_free")
+    if packing:
+        r.set("packing", True, "packing")
+    elif padding_free:
+        r.set("packing", True, "padding_free")
+    elif trl:
+        r.default("packing", False, "trl/trainer/sft_config.py:222, :238")
+
+
+def _checkpointing(r: Reading, trl: bool) -> None:
+    doc = r.doc
+    for key in ("activation_checkpointing", "gradient_checkpointing"):  # new name first
+        value = doc.flag(key)
+        if value is not None:
+            r.set("grad_ckpt", value, key)
+            break
+    else:
+        if trl:
+            r.default("grad_ckpt", True, "trl/trainer/base_config.py:62")
+        else:
+            r.default("grad_ckpt", False, "transformers/training_args.py:1541-1542")
+    for key in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
+        if doc.flag(f"{key}.offload"):
+            r.set("ckpt_offload", True, f"{key}.offload")
+        every = doc.integer(f"{key}.every_n_layers")
+        if every is not None and every > 1:
+            r.unmodelled_key(f"{key}.every_n_layers", "only every n-th layer checkpointed")
+        if doc.flag(f"{key}.selective"):
+            r.unmodelled_key(f"{key}.selective", "selective checkpointing keeps attention")
+
+
+def _load_dtype(r: Reading, trl: bool) -> tuple[str, str]:
+    """The dtype the model is loaded in and the key (or default) that says so."""
+    doc = r.doc
+    for key in ("model_init_kwargs.dtype", "model_init_kwargs.torch_dtype", "dtype", "torch_dtype"):
+        text = doc.text(key)
+        if text and text != "auto":
+            dtype = _DTYPES.get(text.lower().removeprefix("torch."))
+            if dtype is None:
+                raise doc.error(key, f"{text!r} is not float32, bfloat16 or float16")
+            return dtype, key
+    if trl:  # SFTTrainer: a model given by id loads in float32 (trl/trainer/utils.py:1332)
+        return "fp32", "float32 (trl/trainer/model_config.py:89, utils.py:1332)"
+    return "16-bit", ""
+
+
+def _precision(r: Reading, trl: bool) -> None:
+    """TRL and the Trainer autocast under bf16/fp16; what the weights are depends on the
+    dtype the model is loaded in."""
+    doc = r.doc
+    bf16, fp16 = doc.flag("bf16"), doc.flag("fp16")
+    if bf16 is None and trl:
+        bf16 = not fp16  # base_config.py:108: bf16 defaults to True unless fp16
+    autocast = "bf16" if bf16 else "fp16" if fp16 else None
+    flag_key = "bf16" if doc.has("bf16") else "fp16" if doc.has("fp16") else None
+    load, load_key = _load_dtype(r, trl)
+    adapter = r.values.get("method") in ("lora", "qlora")
+    if autocast is None:
+        precision = "fp32" if load == "fp32" else ("fp16" if load == "fp16" else "bf16")
+    elif load == "fp32":
+        precision = f"{autocast}-mixed"
+    else:
+        precision = f"{autocast}-mixed" if adapter else autocast
+    key = flag_key or (load_key if load_key and "/" not in load_key else None)
+    if trl:
+        source = f"trl/trainer/base_config.py:68, :108; model dtype {load_key or 'float32'}"
+    else:
+        source = "transformers/training_args.py:874, :880; the checkpoint's dtype"
+
+    def put(name: str, value: str) -> None:
+        if key:
+            r.set(name, value, key)
+        else:
+            r.default(name, value, source)
+
+    put("precision", precision)
+    if r.values.get("method") == "lora" and precision.endswith("-mixed"):
+        base = "fp32" if load == "fp32" else "16-bit"
+        if load_key and "/" not in load_key:
+            r.set("base_dtype", base, load_key)
+        else:
+            r.default("base_dtype", base, f"model dtype {load_key or 'of the checkpoint'}")
+    if not trl and not load_key:
+        r.notes.append(
+            f"{doc.name}: the model's dtype is the training script's; planned as "
+            "transformers 5's from_pretrained default, the checkpoint's (16-bit) dtype"
+        )
+
+
+def _loss(r: Reading, trl: bool) -> None:
+    doc = r.doc
+    loss = (doc.text("loss_type") or "").lower()
+    if trl and loss in ("nll", "chunked_nll", "dft"):  # all through TRL's chunked head
+        r.set("loss", "chunked", "loss_type")
+    elif trl and loss:
+        r.unmodelled_key("loss_type", f"loss {loss!r}")
+    liger = doc.flag("use_liger_kernel")
+    fused = doc.flag("liger_kernel_config.fused_linear_cross_entropy")
+    if liger and trl:  # TRL forces Liger's fused loss off (sft_trainer.py:1127-1140)
+        r.unmodelled_key("use_liger_kernel", "Liger's layer kernels (RMSNorm, SwiGLU, RoPE)")
+    elif liger and fused is not False:  # transformers integrations/liger.py: FLCE on
+        r.set("loss", "fused", "use_liger_kernel")
+    smoothing = doc.number("label_smoothing_factor")
+    if smoothing and trl:
+        r.unmodelled_key("label_smoothing_factor", "TRL builds the full logits for it")
+
+
+def _attention(r: Reading) -> None:
+    doc = r.doc
+    for key in ("model_init_kwargs.attn_implementation", "attn_implementation"):
+        text = doc.text(key)
+        if not text:
+            continue
+        attn = _ATTN.get(text)
+        if attn is None:
+            r.unmodelled_key(key, f"attention {text!r}; planned as sdpa")
+        else:
+            r.set("attn", attn, key)
+        return
