@@ -25,7 +25,8 @@ def render_report(report: Report, console: Console | None = None) -> None:
     title = (
         f"{spec.name}: {fmt_count(spec.params)} params, {plan.method}, {plan.precision}, "
         f"seq {plan.seq_len:,} x batch {plan.batch}, "
-        f"checkpointing {'on' if plan.grad_ckpt else 'off'}, {plan.optimizer}"
+        f"checkpointing {'on' if plan.grad_ckpt else 'off'}, {plan.optimizer}, "
+        f"{plan.stack} stack, {plan.loss_kind} loss"
     )
     table = Table(title=title, title_justify="left", show_edge=False)
     table.add_column("component")

@@ -124,6 +124,24 @@ def advice(
         options.append(("train a LoRA adapter instead of every weight", {"method": "lora"}, None))
     if plan.optimizer in ("adamw", "adamw-foreach") and plan.training.trains_base:
         options.append(("use 8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"}, None))
+    # Beyond the guide: what the training stack itself can change, at no cost in quality.
+    if plan.fp32_base and plan.base_dtype == "auto":
+        options.append(
+            (
+                "load the frozen base in bf16 (TRL: model_init_kwargs dtype=bfloat16)",
+                {"base_dtype": "16-bit"},
+                None,
+            )
+        )
+    if plan.loss_kind == "standard" and plan.precision != "fp32":
+        options.append(
+            (
+                "use a fused cross-entropy (Liger: use_liger_kernel; axolotl's Liger or Cut "
+                "Cross-Entropy plugin)",
+                {"loss": "fused"},
+                None,
+            )
+        )
     result = []
     for action, changes, warning in options:
         after = _judged(replace(plan, **changes), spec, kind)  # type: ignore[arg-type]
