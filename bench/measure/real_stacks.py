@@ -84,6 +84,10 @@ class RealCase:
     trl_dtype: str | None = None  # SFTConfig.model_init_kwargs["dtype"] (None: TRL's float32)
     note: str = ""
     extra_args: dict[str, Any] = field(default_factory=dict)  # TrainingArguments / SFTConfig
+    # "real": the stack's own code; "emulated-fake": harness.py's emulated Trainer step under
+    # FakeTensorMode (for steps too slow for this CPU; checks.emulated_vs_real shows how the
+    # emulation compares with the real Trainer where both ran)
+    execution: str = "real"
 
 
 def _plan(**kw: Any) -> dict[str, Any]:
@@ -751,6 +755,75 @@ def run_case(entry: dict[str, Any], case: RealCase, top: int = 15) -> dict[str, 
     return json.loads(json.dumps(rec, default=str))
 
 
+# --------------------------------------------------------------------------- emulation check
+def emulable(case: RealCase) -> bool:
+    """Whether harness.py's emulated step can run this plan (Trainer stack, no modules_to_save,
+    AdamW, nf4 quant)."""
+    p = case.plan
+    return (
+        case.stack == "trainer"
+        and not p.get("modules_to_save")
+        and p["optimizer"] in ("adamw", "adamw-foreach", "sgd")
+        and p.get("quant", "nf4") == "nf4"
+    )
+
+
+def emulated_record(entry: dict[str, Any], case: RealCase, execution: str, top: int = 0) -> dict[str, Any]:
+    """harness.run_case for the same plan (the harness's own step, not the stack's code)."""
+    plan, _, _ = project_plan(case.plan)
+    if plan is None:
+        raise ValueError("the installed Plan cannot express this case")
+    return harness.run_case(entry, plan, execution, top=top)
+
+
+def emulated_case_record(entry: dict[str, Any], case: RealCase, top: int) -> dict[str, Any]:
+    """A record for a case run through harness.py's emulated Trainer step under FakeTensorMode."""
+    t0 = time.perf_counter()
+    em = emulated_record(entry, case, "fake", top=top)
+    _, plan_dict, _ = project_plan(case.plan)
+    plan_dict["model"] = entry["name"]
+    rec = {
+        "id": record_id(entry["name"], case.plan).rsplit("/", 1)[0] + "/emulated-fake",
+        "model": em["model"],
+        "plan": plan_dict,
+        "stack_run": {
+            "stack": case.stack,
+            "source": case.source,
+            "note": "harness.py's emulated Trainer step (train_step) under FakeTensorMode: a real "
+            "step of this size is too slow on this CPU; " + case.note,
+        },
+    }
+    for k in ("measured", "error", "traceback_tail"):
+        if k in em:
+            rec[k] = em[k]
+    rec["seconds"] = round(time.perf_counter() - t0, 3)
+    return rec
+
+
+def emulated_check(entry: dict[str, Any], case: RealCase, real: dict[str, Any]) -> dict[str, Any]:
+    """The harness's emulated step (fake) beside the real stack's step, same plan."""
+    em = emulated_record(entry, case, "fake")
+    row: dict[str, Any] = {"id": real["id"]}
+    if "measured" not in em or "measured" not in real:
+        row["error"] = em.get("error") or real.get("error")
+        return row
+    a, b = real["measured"], em["measured"]
+    row.update(
+        real_peak=a["peak_allocated_bytes"],
+        emulated_fake_peak=b["peak_allocated_bytes"],
+        diff_bytes=b["peak_allocated_bytes"] - a["peak_allocated_bytes"],
+        rel_diff=(b["peak_allocated_bytes"] - a["peak_allocated_bytes"]) / a["peak_allocated_bytes"],
+        phase_real=a["peak_phase"],
+        phase_emulated=b["peak_phase"],
+        op_real=a["peak_op"],
+        op_emulated=b["peak_op"],
+        categories_real=a["by_category_at_peak"],
+        categories_emulated=b["by_category_at_peak"],
+        emulated_seconds=em["seconds"],
+    )
+    return row
+
+
 # --------------------------------------------------------------------------- output
 def versions() -> dict[str, Any]:
     out = harness.versions()
@@ -798,6 +871,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     ap.add_argument("--top", type=int, default=15, help="largest live groups kept at the peak (0: none)")
     ap.add_argument("--append", action="store_true", help="keep the records already in --out (other ids)")
+    ap.add_argument(
+        "--checks-only",
+        action="store_true",
+        help="keep --out's records; only (re)run the emulated-vs-real checks for them",
+    )
+    ap.add_argument(
+        "--no-emulated",
+        action="store_true",
+        help="skip the check that runs harness.py's emulated step (fake) beside each Trainer case",
+    )
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     try:
@@ -819,9 +902,13 @@ def main(argv: list[str] | None = None) -> int:
         and (not args.skip or args.skip not in record_id(c.model, c.plan))
     ]
     records: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []
     if args.append and out.exists():
+        old_doc = json.loads(out.read_text())
         ids = {record_id(c.model, c.plan) for c in todo}
-        records = [r for r in json.loads(out.read_text())["records"] if r["id"] not in ids]
+        keep = lambda r: r["id"] not in ids and r["id"].rsplit("/", 1)[0] + "/real-stack" not in ids  # noqa: E731
+        records = [r for r in old_doc["records"] if keep(r)]
+        checks = [r for r in old_doc.get("checks", {}).get("emulated_vs_real", []) if keep(r)]
     cmd = ".measure-venv/bin/python bench/measure/real_stacks.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
@@ -836,15 +923,40 @@ def main(argv: list[str] | None = None) -> int:
             "models_json": str(harness.MODELS_JSON),
             "notes": NOTES,
             "total_seconds": round(time.perf_counter() - t_all, 1),
+            "checks": {"emulated_vs_real": checks},
             "records": records,
         }
         tmp = out.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(doc, indent=1) + "\n")
         tmp.replace(out)
 
+    if args.checks_only:
+        doc0 = json.loads(out.read_text())
+        records = doc0["records"]
+        checks = doc0.get("checks", {}).get("emulated_vs_real", [])
+        cmd = doc0.get("command", cmd)
+        by_id = {r["id"]: r for r in records}
+        for case in todo:
+            rec = by_id.get(record_id(case.model, case.plan))
+            if rec is None or "measured" not in rec or not emulable(case):
+                continue
+            row = emulated_check(models[case.model], case, rec)
+            checks = [c for c in checks if c["id"] != row["id"]] + [row]
+            print(f"emulated (harness, fake) vs real: {row.get('diff_bytes')} B  {rec['id']}", flush=True)
+            write(False)
+        write(True)
+        return 0
     for case in todo:
-        rec = run_case(models[case.model], case, top=args.top)
+        entry = models[case.model]
+        if case.execution == "emulated-fake":
+            rec = emulated_case_record(entry, case, top=args.top)
+        else:
+            rec = run_case(entry, case, top=args.top)
         records = [r for r in records if r["id"] != rec["id"]] + [rec]
+        if case.execution == "real" and not args.no_emulated and emulable(case) and "measured" in rec:
+            row = emulated_check(entry, case, rec)
+            checks = [c for c in checks if c["id"] != row["id"]] + [row]
+            print(f"          emulated (harness, fake) vs real: {row.get('diff_bytes')} B", flush=True)
         m = rec.get("measured")
         msg = (
             f"{m['peak_allocated_bytes'] / 1e6:9.1f} MB  {m['peak_phase']:9s} {m['peak_op'][:40]:40s}"
