@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_components import FF, HD, HEADS, KV, LAYERS, SPEC_CONFIG, H
 
 from trainmem.core.architecture import spec_from_config
 from trainmem.core.errors import PlanError
@@ -27,21 +28,8 @@ from trainmem.core.states import (
     model_states,
 )
 
-H, LAYERS, HEADS, KV, HD, FF, V = 256, 2, 4, 2, 64, 512, 40_000
-SPEC = spec_from_config(
-    {
-        "model_type": "llama",
-        "hidden_size": H,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV,
-        "head_dim": HD,
-        "intermediate_size": FF,
-        "vocab_size": V,
-        "tie_word_embeddings": False,
-    },
-    "tiny",
-)
+V = 40_000  # a vocabulary wider than TRL's 32768-column tile
+SPEC = spec_from_config({**SPEC_CONFIG, "vocab_size": V}, "tiny")
 QD, KVD = HEADS * HD, KV * HD
 LINEARS = [(H, QD), (H, KVD), (H, KVD), (QD, H), (H, FF), (H, FF), (FF, H)]  # (in, out)
 

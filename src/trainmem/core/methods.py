@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from trainmem.core.errors import PlanError
+from trainmem.core.errors import record_named
 
 BaseStorage = Literal["precision", "quantized"]
 
@@ -63,7 +63,4 @@ METHODS = tuple(METHOD_RECORDS)
 
 def method_record(name: str) -> Method:
     """The record of ``name``; a PlanError naming the known methods otherwise."""
-    record = METHOD_RECORDS.get(name)
-    if record is None:
-        raise PlanError("method", f"{name!r} is not one of {', '.join(METHODS)}")
-    return record
+    return record_named(METHOD_RECORDS, "method", name)

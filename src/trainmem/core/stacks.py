@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from trainmem.core.errors import PlanError
+from trainmem.core.errors import record_named
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,4 @@ STACKS = tuple(STACK_RECORDS)
 
 def stack_record(name: str) -> Stack:
     """The record of ``name``; a PlanError naming the known stacks otherwise."""
-    record = STACK_RECORDS.get(name)
-    if record is None:
-        raise PlanError("stack", f"{name!r} is not one of {', '.join(STACKS)}")
-    return record
+    return record_named(STACK_RECORDS, "stack", name)
