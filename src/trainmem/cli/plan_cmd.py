@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from trainmem.cli.data_report import add_data_arguments, data_report, lengths_json, render_lengths
 from trainmem.cli.plan_args import Planned, add_plan_arguments, planned_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
 
@@ -14,6 +15,7 @@ from trainmem.core.errors import PlanError
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser("plan", help="estimate the memory of one training plan")
     add_plan_arguments(parser)
+    add_data_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the stable JSON object")
     parser.add_argument(
         "--check",
@@ -30,6 +32,7 @@ def run(ns: argparse.Namespace) -> int:
     try:
         planned = planned_from_args(ns)
         report = build_report(planned.plan, resolve_for_args(ns, planned.plan))
+        lengths = data_report(ns, planned.plan, report.estimate.model, list(report.targets))
     except (PlanError, ValueError) as exc:
         sys.stderr.write(f"trainmem-tui plan: error: {exc}\n")
         return 2
@@ -45,12 +48,16 @@ def run(ns: argparse.Namespace) -> int:
         out["origins"] = dict(planned.origins)
         out["unmodelled"] = list(planned.unmodelled)
         out["notes"] = [*out["notes"], *_config_notes(planned)]
+        if lengths:
+            out["data"] = lengths_json(lengths)
         json.dump(out, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return status
     from trainmem.cli.render import render_report
 
     render_report(report)
+    if lengths:
+        print(render_lengths(lengths))
     if ns.from_files or ns.from_args:
         _render_origins(planned)
     return status
