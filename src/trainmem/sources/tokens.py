@@ -35,7 +35,7 @@ from trainmem.sources.chat_template import (
 from trainmem.sources.datasets.shapes import Chat, Example, Message, Plain
 
 APPROX_BYTES_PER_TOKEN = 4
-# Measured by bench/dataset_bench.py (checked by tests/sources/datasets/test_tokens.py): the
+# Measured by bench/dataset_bench.py (checked by tests/sources/dataset_files/test_tokens.py): the
 # approximation against DeepSeek-V4's tokenizer on Python's pydoc topics (79 documents, 465 KB
 # of English reference text with code). English prose; code, numbers and non-Latin scripts
 # differ (CJK text has fewer bytes per token).
