@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "sources" / "datasets"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "sources" / "dataset_files"))
 from dataset_helpers import chat, tokenizer_folder, write_jsonl
 
 from trainmem.cli.data_report import (
