@@ -773,6 +773,7 @@ def emulable(case: RealCase) -> bool:
     p = case.plan
     return (
         case.stack == "trainer"
+        and p["method"] != "qlora"  # the harness runs QLoRA only for real (from_pretrained)
         and not p.get("modules_to_save")
         and p["optimizer"] in ("adamw", "adamw-foreach", "sgd")
         and p.get("quant", "nf4") == "nf4"
