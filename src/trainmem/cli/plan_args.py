@@ -11,6 +11,7 @@ from trainmem.core.architecture import ModelSpec
 from trainmem.core.errors import PlanError
 from trainmem.core.fields import FieldSpec
 from trainmem.core.plan import PLAN_FIELDS, Plan
+from trainmem.sources.configs.merge import TRAINMEM_DEFAULT, merged
 from trainmem.sources.resolve import resolve_model
 
 GROUP = "plan"
@@ -149,9 +150,6 @@ class Planned:
     notes: tuple[str, ...] = ()
 
 
-TRAINMEM_DEFAULT = "trainmem default"
-
-
 def _from_file(origin: str) -> bool:
     return not origin.startswith("flag ") and origin != TRAINMEM_DEFAULT
 
@@ -172,9 +170,7 @@ def planned_from_args(ns: argparse.Namespace) -> Planned:
         from trainmem.sources.configs import read_configs
 
         config = read_configs(files_given, commands)
-        for name, value in config.values.items():
-            if name in values and name not in given:
-                values[name], origins[name] = value, config.origins[name]
+        values, origins = merged(values, origins, config, given)
         unmodelled, notes = config.unmodelled, config.notes
     revision = getattr(ns, "revision", None)
     if revision:
