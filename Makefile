@@ -14,7 +14,8 @@ screenshots:
 accuracy:
 	./scripts/run.sh --version >/dev/null && .venv/bin/python bench/accuracy/compare.py \
 		bench/results/measure-cpu.json bench/results/measure-cpu-moe.json \
-		bench/results/measure-cpu-stacks.json bench/results/measure-cpu-nodq.json --out docs/accuracy.md
+		bench/results/measure-cpu-stacks.json bench/results/measure-cpu-nodq.json \
+		bench/results/measure-cpu-real-stacks.json --out docs/accuracy.md
 
 # Re-measure real training steps on CPU (installs torch's CPU wheel into .measure-venv).
 measure:
@@ -24,3 +25,4 @@ measure:
 	.measure-venv/bin/python bench/measure/harness.py --subset moe --out bench/results/measure-cpu-moe.json
 	.measure-venv/bin/python bench/measure/harness.py --subset stacks --out bench/results/measure-cpu-stacks.json
 	.measure-venv/bin/python bench/measure/harness.py --subset quant --out bench/results/measure-cpu-nodq.json
+	.measure-venv/bin/python bench/measure/real_stacks.py --threads 1 --out bench/results/measure-cpu-real-stacks.json

@@ -151,9 +151,14 @@ def render(rows: list[dict[str, Any]], meta: list[dict[str, Any]], command: str)
         "",
         "### By training stack (ours)",
         "",
-        "`trainer`: the Hugging Face Trainer's step (the model output dropped before backward); "
-        "`loop`: a hand-written loop that keeps `out` (logits, and the KV cache without "
-        "checkpointing) alive through backward and the optimizer step.",
+        "`trainer`: the Hugging Face Trainer's step (the model output dropped before backward; "
+        "the harness's own step and, from `bench/measure/real_stacks.py`, the real "
+        "`Trainer.train()`); `trl`: TRL 1.16's real `SFTTrainer` with its defaults (a model "
+        "path loaded in fp32 under bf16 autocast, its chunked loss through the torch path a "
+        "CPU runs); `loop`: a hand-written loop that keeps `out` (logits, and the KV cache "
+        "without checkpointing) alive through backward and the optimizer step. Not measured "
+        "here, derived from source only: the `fused` loss (Liger's Triton kernels) and "
+        "flash-attention-2 / flex attention, which need a GPU.",
         "",
         "| stack | n | median | worst |",
         "|---|---|---|---|",
@@ -177,10 +182,14 @@ def render(rows: list[dict[str, Any]], meta: list[dict[str, Any]], command: str)
                 f" r{p.lora_rank} {p.lora_targets} {p.lora_dropout:g}"
                 + (" kbit-prep" if p.method == "qlora" and p.kbit_prep else "")
                 + (" no-double-quant" if p.method == "qlora" and not p.double_quant else "")
+                + (f" {p.quant}" if p.method == "qlora" and p.quant != "nf4" else "")
+                + (f" save {p.modules_to_save}" if p.modules_to_save else "")
+                + (" fp32 base" if p.fp32_base and p.precision != "fp32" else "")
                 if p.method != "full"
                 else ""
             )
-            + ("" if p.stack == "trainer" else f", {p.stack}"),
+            + ("" if p.stack == "trainer" else f", {p.stack}")
+            + ("" if p.loss_kind == "standard" else f", {p.loss_kind} loss"),
             p.precision,
             p.optimizer,
             str(p.seq_len),
