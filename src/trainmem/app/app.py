@@ -4,6 +4,7 @@ deterministic sampler through ``sampler_factory`` (see ``trainmem.app.fixture``)
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -15,7 +16,9 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
+from trainmem.app.config_watch import WatchedConfig, is_training_config
 from trainmem.app.messages import (
+    ConfigRead,
     DevicesSampled,
     ModelsListed,
     PlansOpened,
@@ -86,7 +89,12 @@ class TrainmemApp(App[None]):
         Binding("f3", "switch_mode('compare')", "Compare", tooltip="Plans side by side"),
         Binding("f4", "switch_mode('monitor')", "Monitor", tooltip="Running processes vs plan"),
         Binding("ctrl+s", "save", "Save", tooltip="Save the plans to a TOML file"),
-        Binding("ctrl+o", "open", "Open", tooltip="Load plans from a TOML file"),
+        Binding(
+            "ctrl+o",
+            "open",
+            "Open",
+            tooltip="Load plans from a TOML file, or a plan from a training config (watched)",
+        ),
         Binding("ctrl+q", "quit", "Quit", tooltip="Quit (the open plans are kept for next time)"),
     ]
 
@@ -111,6 +119,7 @@ class TrainmemApp(App[None]):
         scan_hf_cache: bool = True,
         cursor_blink: bool = False,
         load_in_background: Path | None = None,
+        config_watch: WatchedConfig | None = None,
     ) -> None:
         super().__init__()
         # Off by default: a blinking cursor repaints twice a second, which over SSH for a
@@ -127,6 +136,10 @@ class TrainmemApp(App[None]):
         # given by flags stay after the ones it holds.
         self._background = load_in_background
         self._flags_plans = plan_set is not None  # kept after a file read in the background
+        # Training configs plans were opened from (--from, Ctrl+O), re-read when saved.
+        self.watches: list[WatchedConfig] = [config_watch] if config_watch else []
+        self._watching = False
+        self._stop_watching = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -152,12 +165,15 @@ class TrainmemApp(App[None]):
         gc.enable()
         self.state.sampler = self._sampler_factory(self._sampled, self.interval)
         self.state.sampler.start()
+        if self.watches:
+            self._start_watching()
         if self._background is not None:
             self.notify(f"Reading the plans in {self._background}…", timeout=4)
             session = self.state.plans_path != self._background
             self._open_plans(self._background, session=session, keep=self._flags_plans)
 
     def on_unmount(self) -> None:
+        self._stop_watching.set()
         self.state.sampler.stop(timeout=1.0)
 
     def _sampled(self, snapshot: Snapshot) -> None:
@@ -287,12 +303,71 @@ class TrainmemApp(App[None]):
         from trainmem.app.screens.prompt import PromptScreen
 
         self.push_screen(
-            PromptScreen("Load plans from", str(self.state.plans_path)), self._open_from
+            PromptScreen("Open plans (.toml) or a training config", str(self.state.plans_path)),
+            self._open_from,
         )
 
     def _open_from(self, text: str | None) -> None:
-        if text:
-            self._open_plans(Path(text).expanduser(), session=False, keep=False)
+        if not text:
+            return
+        path = Path(text).expanduser()
+        if is_training_config(path):
+            self._open_config(WatchedConfig.of([path]))
+        else:
+            self._open_plans(path, session=False, keep=False)
+
+    # -- watched training configs ------------------------------------------------------------
+
+    def _start_watching(self) -> None:
+        if not self._watching:
+            self._watching = True
+            self._watch_configs()
+
+    @work(thread=True, exclusive=True, group="config-read", exit_on_error=False)
+    def _open_config(self, watch: WatchedConfig) -> None:
+        self.post_message(self._read(watch, opened=True))
+
+    @work(thread=True, exclusive=True, group="config-watch", exit_on_error=False)
+    def _watch_configs(self) -> None:
+        """Poll the watched configs' stamps once per interval, off the UI thread."""
+        while not self._stop_watching.wait(self.interval):
+            for watch in list(self.watches):
+                if watch.changed():
+                    self.post_message(self._read(watch))
+
+    @staticmethod
+    def _read(watch: WatchedConfig, *, opened: bool = False) -> ConfigRead:
+        try:
+            plan, unmodelled = watch.reread()
+        except ValueError as exc:  # PlanError, a file error: one line, the last plan stays
+            return ConfigRead(watch, None, error=str(exc), opened=opened)
+        return ConfigRead(watch, plan, unmodelled, opened=opened)
+
+    def on_config_read(self, message: ConfigRead) -> None:
+        watch, plan = message.watch, message.plan
+        if plan is None:
+            kept = "" if message.opened else " (the plan keeps its last values)"
+            self.notify(f"{watch.names()}: {message.error}{kept}", severity="error", timeout=10)
+            return
+        ws = self.state.workspace
+        index = next((i for i, p in enumerate(ws.plans) if p.plan == watch.plan), None)
+        if message.opened or index is None:
+            # Opened now, or the plan built from it was edited here: a new plan, so no edit
+            # made in the dashboard is overwritten.
+            ws.add(plan)
+            what = "opened" if message.opened else "re-read: edited here, so opened as a new plan"
+        else:
+            ws.replace_at(index, plan)
+            what = "re-read: plan updated"
+        watch.plan = plan
+        if message.opened:
+            self.watches.append(watch)
+            self._start_watching()
+        self.plans_changed()
+        self.notify(f"{watch.names()} {what}", timeout=4)
+        if message.unmodelled:
+            shown = "; ".join(message.unmodelled)
+            self.notify(f"not in the estimate (not modelled): {shown}", severity="warning")
 
     def save_session(self) -> str | None:
         """Keep the open plans for the next start; returns an error message or None."""
@@ -355,6 +430,7 @@ def make_app(
     load_in_background: Path | None = None,
     prometheus: str | None = None,
     select: str = "",
+    config_watch: WatchedConfig | None = None,
 ) -> TrainmemApp:
     """The dashboard. Without ``sampler_factory`` it samples this machine's real devices, or
     with ``prometheus`` (a server URL) the cluster's nodes, filtered by ``select``."""
@@ -370,4 +446,5 @@ def make_app(
         scan_hf_cache=scan_hf_cache,
         cursor_blink=cursor_blink,
         load_in_background=load_in_background,
+        config_watch=config_watch,
     )

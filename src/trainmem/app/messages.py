@@ -13,6 +13,7 @@ from textual.message import Message
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from trainmem.app.config_watch import WatchedConfig
     from trainmem.core.architecture import ModelSpec
     from trainmem.core.errors import PlanError
     from trainmem.core.plan import Plan
@@ -78,3 +79,24 @@ class PlansOpened(Message):
         self.opened = opened
         self.session = session
         self.keep = keep
+
+
+class ConfigRead(Message):
+    """A watched training config re-read (or first opened with Ctrl+O) by a worker: the plan
+    it now describes, or why it could not be read (the last plan is kept)."""
+
+    def __init__(
+        self,
+        watch: WatchedConfig,
+        plan: Plan | None,
+        unmodelled: tuple[str, ...] = (),
+        error: str | None = None,
+        *,
+        opened: bool = False,
+    ) -> None:
+        super().__init__()
+        self.watch = watch
+        self.plan = plan
+        self.unmodelled = unmodelled
+        self.error = error
+        self.opened = opened

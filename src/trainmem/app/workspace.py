@@ -53,6 +53,11 @@ class Workspace:
         self.plans[self.selected] = replace(self.current, plan=plan)
         self._rename_auto()
 
+    def replace_at(self, index: int, plan: Plan) -> None:
+        """Put ``plan`` in place of the one at ``index`` (a watched config re-read)."""
+        self.plans[index] = replace(self.plans[index], plan=plan)
+        self._rename_auto()
+
     def select(self, index: int) -> None:
         self.selected = min(max(index, 0), len(self.plans) - 1)
 

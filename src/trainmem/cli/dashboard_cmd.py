@@ -17,7 +17,7 @@ from pathlib import Path
 
 from trainmem.cli.exit_guard import ExitGuard
 from trainmem.cli.parser import Parser
-from trainmem.cli.plan_args import add_plan_arguments, planned_from_args, resolve_for_args
+from trainmem.cli.plan_args import GIVEN, add_plan_arguments, planned_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
 from trainmem.devices.promql import check_select, check_url
 from trainmem.sources.paths import session_path
@@ -122,6 +122,13 @@ def startup(argv: list[str]) -> Startup:
     else:
         opened = open_plans(source, session=ns.compare is None)
         plan_set, messages, broken = opened.plan_set, list(opened.messages), list(opened.broken)
+    ns.config_watch = None
+    if planned is not None and ns.from_files:  # saving a --from file re-reads the plan
+        from trainmem.app.config_watch import WatchedConfig
+
+        given = getattr(ns, GIVEN, ())
+        flags = {name: getattr(ns, name) for name in given}
+        ns.config_watch = WatchedConfig.of(ns.from_files, ns.from_args, flags, planned.plan)
     if planned is not None and planned.unmodelled:  # what a --from config sets but no field
         shown = "; ".join(planned.unmodelled)
         messages.append(("warning", f"not in the estimate (not modelled): {shown}"))
@@ -164,6 +171,7 @@ def run(argv: list[str]) -> int:
         load_in_background=ns.load_in_background,
         prometheus=ns.prometheus,
         select=ns.select,
+        config_watch=ns.config_watch,
     )
 
     def save() -> None:
