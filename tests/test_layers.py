@@ -5,6 +5,8 @@ Allowed arrows (a layer may import itself and the layers listed):
 
     core     <- sources, devices
     sources, devices <- planner <- app, cli      (cli launches the app; the app never the cli)
+    core     <- probe                            (a leaf: runs inside training processes, and
+                                                  no layer imports it)
 
 Every import counts, at module level or inside a function (the lazy imports that keep start-up
 fast are still dependencies), except those under ``if TYPE_CHECKING:`` for the layer rules.
@@ -29,6 +31,18 @@ ALLOWED = {
     "planner": {"core", "sources", "devices", "planner"},
     "app": {"core", "sources", "devices", "planner", "app"},
     "cli": {"core", "sources", "devices", "planner", "app", "cli"},
+    "probe": {"core", "probe"},
+}
+# The probe is imported by training scripts: none of the dashboard's dependencies. torch,
+# transformers, psutil and pynvml are imported lazily, where the probe runs.
+PROBE_FORBIDDEN = {
+    "textual",
+    "rich",
+    "huggingface_hub",
+    "tomli_w",
+    "tomllib",
+    "yaml",
+    "prometheus_client",
 }
 # Top-level modules of the package that belong to no layer (the version, `python -m`).
 UNLAYERED = {"trainmem", "trainmem.__main__"}
@@ -117,7 +131,7 @@ def layer(module: str) -> str | None:
 
 def test_every_module_is_in_a_layer():
     stray = [m for m in modules() if layer(m) is None and m not in UNLAYERED]
-    assert stray == [], f"modules outside core/sources/devices/planner/app/cli: {stray}"
+    assert stray == [], f"modules outside core/sources/devices/planner/app/cli/probe: {stray}"
 
 
 @pytest.mark.parametrize("module", sorted(m for m in modules() if layer(m)))
@@ -137,6 +151,12 @@ def test_imports_follow_the_layers(module: str):
 @pytest.mark.parametrize("module", sorted(m for m in modules() if layer(m) == "core"))
 def test_core_touches_no_file_environment_network_or_ui(module: str):
     bad = sorted(imports(module, typing_too=True) & CORE_FORBIDDEN)
+    assert bad == [], f"{module} imports {bad}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in modules() if layer(m) == "probe"))
+def test_the_probe_needs_none_of_the_dashboards_dependencies(module: str):
+    bad = sorted(imports(module, typing_too=True) & PROBE_FORBIDDEN)
     assert bad == [], f"{module} imports {bad}"
 
 
@@ -190,3 +210,4 @@ def test_the_checker_sees_a_cycle_and_a_wrong_arrow():
     assert _cycles({"a": frozenset({"b"}), "b": frozenset({"a"})}) == [["a", "b"]]
     assert "app" not in ALLOWED["planner"] and "cli" not in ALLOWED["app"]
     assert "devices" not in ALLOWED["sources"] and "sources" not in ALLOWED["devices"]
+    assert not [name for name, allowed in ALLOWED.items() if "probe" in allowed and name != "probe"]

@@ -64,7 +64,10 @@ class Estimate:
         return next((c.bytes for c in self.components if c.name == name), 0)
 
     def device_bytes_on(self, kind: TargetKind) -> int:
-        """The device peak on a device of ``kind`` (runtime overhead differs by kind)."""
+        """The device peak on a device of ``kind`` (runtime overhead differs by kind); on the
+        estimate's own kind, its own runtime figures (a calibration, trainmem.core.calibration)."""
+        if kind == self.runtime_kind:
+            return self.device_bytes
         return self.allocated_bytes + sum(runtime_overhead(kind, self.allocated_bytes).values())
 
     def judged_bytes_on(self, kind: TargetKind) -> int:

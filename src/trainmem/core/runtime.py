@@ -2,9 +2,10 @@
 
 - CUDA GPUs: the CUDA context (kernel images, cuBLAS/cuDNN handles after the first step) and
   the caching allocator's reserved-but-unallocated memory (block rounding, fragmentation).
-  These cannot be derived from the model, so they are constants: typical figures for
-  PyTorch 2.x on CUDA 12 until GPU measurements (bench/results/measure-cuda.json) calibrate
-  them, and the estimate says so.
+  These cannot be derived from the model. They come from ``RuntimeFigures``: the built-in
+  table below (published measurements by GPU family and CUDA version, each cited), or this
+  machine's own measurement (``trainmem-tui calibrate``, trainmem.core.calibration), passed in
+  as data: the core reads no file.
 - Unified memory (Apple silicon, MPS): no CUDA context. PyTorch's MPS allocator
   (aten/src/ATen/mps/MPSAllocator.mm) caches freed blocks too, but no measurement of its
   overhead exists here, so none is added and the note says so.
@@ -14,26 +15,118 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 from trainmem.core.target import TargetKind
 
 MiB = 2**20
+# Used for every family without a published figure for its CUDA version (all of them under
+# lazy loading, see BUILT_IN): a typical figure for PyTorch 2.x on CUDA 12, never measured here.
 CUDA_CONTEXT_BYTES = 600 * MiB
-ALLOCATOR_RESERVE_FRACTION = 0.08  # of the allocated peak
-CALIBRATED = False
+ALLOCATOR_RESERVE_FRACTION = 0.08  # of the allocated peak; no published ratio was found
 RUNTIME_COMPONENTS = ("CUDA context", "allocator reserve")
 
 
-def runtime_overhead(kind: TargetKind, allocated_bytes: int) -> dict[str, int]:
-    """The runtime components for a device of ``kind`` (zero where none is modelled)."""
+@dataclass(frozen=True, slots=True)
+class RuntimeFigures:
+    """The CUDA runtime's share of the device peak: a context of ``context_bytes`` and a
+    reserve of ``reserve_fraction`` x the allocated peak. ``source`` says where they come from
+    (a citation, or "calibrated from <run>"); ``calibrated``: measured on this machine."""
+
+    context_bytes: int
+    reserve_fraction: float
+    source: str
+    calibrated: bool = False
+
+
+TYPICAL = RuntimeFigures(
+    CUDA_CONTEXT_BYTES,
+    ALLOCATOR_RESERVE_FRACTION,
+    "typical figures, not calibrated on a GPU",
+)
+
+# Lazy module loading (kernels load on first use) shipped in CUDA 11.7; PyTorch >= 1.13 turns it
+# on when CUDA_MODULE_LOADING is unset (pytorch/pytorch#86509), and the driver does by default
+# on Linux from CUDA 12.2 (CUDA Programming Guide, "Lazy Loading", change history). Contexts
+# before it held every kernel of every library loaded.
+LAZY_LOADING_CUDA = (11, 7)
+
+# Published contexts under eager loading (CUDA < 11.7), by GPU family. The figure is what
+# nvidia-smi showed for the process after `torch.Tensor(1).cuda()` (one 4-byte tensor, so
+# the whole figure is context and the allocator's first 2 MiB block):
+#   pascal 721 MiB: GTX 1080, torch 1.8.2+cu101; ampere 1687 MiB: RTX 3090, torch 1.8.2+cu111
+#   (pytorch/pytorch#55277, comment by Sanster, 2022-04-12).
+# Other families under eager loading: "Before CUDA 11.7, *all* kernels were loaded into the
+# context once the library was loaded, which took >1000MB" (ptrblck, pytorch/pytorch#107667,
+# 2023-08-28), so 1000 MiB, the floor that sentence gives.
+# Under lazy loading (CUDA >= 11.7) no per-family figure was found: the published ones are for
+# one small tensor on an unnamed GPU (274 MiB used incl. a 6.1 MiB tensor, pytorch#86509;
+# "~300MB", pytorch#107667; "around 400MB", pytorch#109888) and a training step loads many more
+# kernels than that, so every family keeps TYPICAL's 600 MiB until a GPU run calibrates it.
+EAGER_CONTEXT_MIB = {"pascal": 721, "ampere": 1687}
+EAGER_DEFAULT_MIB = 1000
+EAGER_SOURCES = {
+    "pascal": "pytorch/pytorch#55277 (GTX 1080, CUDA 10.1)",
+    "ampere": "pytorch/pytorch#55277 (RTX 3090, CUDA 11.1)",
+}
+
+# GPU names (as NVML and torch.cuda.get_device_name report them, or our presets) to families.
+_FAMILIES = (
+    ("blackwell", r"\b(b100|b200|gb200|rtx ?50\d\d|rtx pro \d+ blackwell)"),
+    ("hopper", r"\b(h100|h200|h800|h20|gh200)\b"),
+    ("ada", r"\b(l4|l40s?|rtx ?40\d\d|rtx \d+ ada)\b"),
+    ("ampere", r"\b(a100|a800|a10g?|a16|a30|a40|rtx ?30\d\d|rtx a\d+)\b"),
+    ("turing", r"\b(t4|rtx ?20\d\d|gtx ?16\d\d|quadro rtx|titan rtx)\b"),
+    ("volta", r"\b(v100|titan v)\b"),
+    ("pascal", r"\b(p100|p40|p4|gtx ?10\d\d|titan xp?)\b"),
+)
+
+
+def gpu_family(name: str) -> str | None:
+    """The architecture of a GPU by its name ("NVIDIA H100 80GB HBM3" -> "hopper")."""
+    text = name.lower().replace("-", " ").replace("_", " ")
+    return next((family for family, pattern in _FAMILIES if re.search(pattern, text)), None)
+
+
+def _cuda_tuple(cuda: str | None) -> tuple[int, int] | None:
+    match = re.match(r"^\s*(\d+)\.(\d+)", cuda or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def built_in_figures(gpu_name: str | None = None, cuda: str | None = None) -> RuntimeFigures:
+    """The built-in figures for a GPU of that name and a CUDA runtime of that version
+    (``torch.version.cuda``; None: today's wheels, which all load lazily)."""
+    version = _cuda_tuple(cuda)
+    if version is None or version >= LAZY_LOADING_CUDA:
+        return TYPICAL
+    family = gpu_family(gpu_name or "")
+    if family in EAGER_CONTEXT_MIB:
+        mib, source = EAGER_CONTEXT_MIB[family], EAGER_SOURCES[family]
+    else:
+        mib, source = EAGER_DEFAULT_MIB, "pytorch/pytorch#107667 (any GPU, CUDA < 11.7)"
+    return RuntimeFigures(
+        mib * MiB,
+        ALLOCATOR_RESERVE_FRACTION,
+        f"CUDA {cuda} loads every kernel eagerly: context from {source}",
+    )
+
+
+def runtime_overhead(
+    kind: TargetKind, allocated_bytes: int, figures: RuntimeFigures | None = None
+) -> dict[str, int]:
+    """The runtime components for a device of ``kind`` (zero where none is modelled), with
+    ``figures`` for a GPU (default: the typical ones)."""
     if kind != "gpu":
         return {name: 0 for name in RUNTIME_COMPONENTS}
+    figures = figures or TYPICAL
     return {
-        "CUDA context": CUDA_CONTEXT_BYTES,
-        "allocator reserve": round(allocated_bytes * ALLOCATOR_RESERVE_FRACTION),
+        "CUDA context": figures.context_bytes,
+        "allocator reserve": round(allocated_bytes * figures.reserve_fraction),
     }
 
 
-def runtime_note(kind: TargetKind) -> str:
+def runtime_note(kind: TargetKind, figures: RuntimeFigures | None = None) -> str:
     """What the device peak adds on this kind of device, and how sure it is."""
     if kind == "unified":
         return (
@@ -45,9 +138,10 @@ def runtime_note(kind: TargetKind) -> str:
             "CPU RAM: the device peak is the tensors' peak; the Python process and libraries "
             "come on top"
         )
-    if CALIBRATED:
-        return "runtime overhead (CUDA context, allocator reserve) calibrated on a GPU"
-    return (
-        "runtime overhead (CUDA context, allocator reserve) uses typical figures, "
-        "not yet calibrated on a GPU"
-    )
+    figures = figures or TYPICAL
+    if figures is TYPICAL:
+        return (
+            "runtime overhead (CUDA context, allocator reserve) uses typical figures, "
+            "not yet calibrated on a GPU"
+        )
+    return f"runtime overhead (CUDA context, allocator reserve): {figures.source}"
