@@ -19,6 +19,7 @@ from textual.worker import Worker, WorkerState
 from trainmem.app.config_watch import WatchedConfig, is_training_config
 from trainmem.app.messages import (
     ConfigRead,
+    DataScanned,
     DevicesSampled,
     ModelsListed,
     PlansOpened,
@@ -105,6 +106,7 @@ class TrainmemApp(App[None]):
     report_version = var(0)
     plans_version = var(0)
     model_list_version = var(0)
+    data_version = var(0)  # the --data dataset was read
     loading_text = var("")  # progress of a plans file read in the background
 
     def __init__(
@@ -120,6 +122,8 @@ class TrainmemApp(App[None]):
         cursor_blink: bool = False,
         load_in_background: Path | None = None,
         config_watch: WatchedConfig | None = None,
+        data: str | None = None,
+        tokenizer: str | None = None,
     ) -> None:
         super().__init__()
         # Off by default: a blinking cursor repaints twice a second, which over SSH for a
@@ -140,6 +144,7 @@ class TrainmemApp(App[None]):
         self.watches: list[WatchedConfig] = [config_watch] if config_watch else []
         self._watching = False
         self._stop_watching = threading.Event()
+        self._data = (data, tokenizer) if data else None  # counted after the first frame
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -167,6 +172,8 @@ class TrainmemApp(App[None]):
         self.state.sampler.start()
         if self.watches:
             self._start_watching()
+        if self._data is not None:
+            self._scan_data(*self._data, self.state.workspace.current.plan.model)
         if self._background is not None:
             self.notify(f"Reading the plans in {self._background}…", timeout=4)
             session = self.state.plans_path != self._background
@@ -316,6 +323,27 @@ class TrainmemApp(App[None]):
         else:
             self._open_plans(path, session=False, keep=False)
 
+    # -- the --data dataset ------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="data", exit_on_error=False)
+    def _scan_data(self, data: str, tokenizer: str | None, model: str) -> None:
+        """Count the dataset's tokens with the model's tokenizer (or the approximation)."""
+        from trainmem.planner.lengths import scan_data
+
+        try:
+            self.post_message(DataScanned(scan_data(data, model, tokenizer)))
+        except ValueError as exc:  # a missing or unreadable dataset: one line
+            self.post_message(DataScanned(None, str(exc)))
+
+    def on_data_scanned(self, message: DataScanned) -> None:
+        if message.scan is None:
+            self.notify(f"--data: {message.error}", severity="error", timeout=10)
+            return
+        self.state.scan = message.scan
+        self.data_version += 1
+        scan = message.scan
+        self.notify(f"{scan.dataset}: {scan.lengths.examples:,} examples ({scan.counting})")
+
     # -- watched training configs ------------------------------------------------------------
 
     def _start_watching(self) -> None:
@@ -431,6 +459,8 @@ def make_app(
     prometheus: str | None = None,
     select: str = "",
     config_watch: WatchedConfig | None = None,
+    data: str | None = None,
+    tokenizer: str | None = None,
 ) -> TrainmemApp:
     """The dashboard. Without ``sampler_factory`` it samples this machine's real devices, or
     with ``prometheus`` (a server URL) the cluster's nodes, filtered by ``select``."""
@@ -447,4 +477,6 @@ def make_app(
         cursor_blink=cursor_blink,
         load_in_background=load_in_background,
         config_watch=config_watch,
+        data=data,
+        tokenizer=tokenizer,
     )

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from trainmem.core.errors import PlanError
     from trainmem.core.plan import Plan
     from trainmem.devices.snapshot import Snapshot  # imported by the sampler, after start-up
+    from trainmem.planner.lengths import Scan
     from trainmem.planner.report import Report
     from trainmem.sources.plan_files import Opened
 
@@ -100,3 +101,12 @@ class ConfigRead(Message):
         self.unmodelled = unmodelled
         self.error = error
         self.opened = opened
+
+
+class DataScanned(Message):
+    """The ``--data`` dataset's lengths, counted by a worker, or why it could not be read."""
+
+    def __init__(self, scan: Scan | None, error: str | None = None) -> None:
+        super().__init__()
+        self.scan = scan
+        self.error = error

@@ -34,6 +34,7 @@ class DashboardState:
         self.report: Report | None = None  # the selected plan's estimate on screen
         self.sampler: Any = None  # set by the App once sampling starts (history, peaks)
         self.cached_ids: list[str] = []  # models in the local Hugging Face cache
+        self.scan: Any = None  # the --data dataset's lengths (planner.lengths.Scan), once read
 
     def model_names(self) -> list[str]:
         known = catalog.names()

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from trainmem.cli.data_report import add_data_arguments
 from trainmem.cli.exit_guard import ExitGuard
 from trainmem.cli.parser import Parser
 from trainmem.cli.plan_args import GIVEN, add_plan_arguments, planned_from_args, resolve_for_args
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "`trainmem-tui devices` (this machine's memory, --watch to log it); each has --help.",
     )
     add_plan_arguments(parser)
+    add_data_arguments(parser)
     parser.add_argument(
         "--compare",
         metavar="FILE.toml",
@@ -172,6 +174,8 @@ def run(argv: list[str]) -> int:
         prometheus=ns.prometheus,
         select=ns.select,
         config_watch=ns.config_watch,
+        data=ns.data,
+        tokenizer=ns.tokenizer,
     )
 
     def save() -> None:

@@ -8,13 +8,16 @@ Wired into `plan` by cli/plan_cmd.py: :func:`add_data_arguments` adds the flags,
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.plan import Plan
 from trainmem.core.target import DeviceTarget
 from trainmem.core.units import fmt_bytes
-from trainmem.planner.lengths import KEEP_SHARE, LengthReport, length_report, scan_data
+from trainmem.planner import KEEP_SHARE
+
+if TYPE_CHECKING:  # the dataset readers load when --data is given, not with the parser
+    from trainmem.planner.lengths import LengthReport
 
 
 def _share(text: str) -> float:
@@ -62,6 +65,8 @@ def data_report(
     text = getattr(ns, "data", None)
     if not text:
         return None
+    from trainmem.planner.lengths import length_report, scan_data
+
     scanned = scan_data(text, plan.model, getattr(ns, "tokenizer", None))
     return length_report(plan, scanned, spec, targets, keep_share=ns.keep_share)
 

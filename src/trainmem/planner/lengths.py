@@ -32,13 +32,13 @@ from trainmem.core.plan import Plan
 from trainmem.core.target import DeviceTarget
 from trainmem.core.whatif import max_seq_len
 from trainmem.devices.target import parse_device_spec
+from trainmem.planner import KEEP_SHARE
 from trainmem.sources.chat_template import TemplateError
 from trainmem.sources.datasets import Dataset, DatasetError, Example, Malformed, open_dataset
 from trainmem.sources.resolve import resolve_model
 from trainmem.sources.tokens import Tokens, load_tokens
 
 PERCENTILES = (50, 90, 95, 99)
-KEEP_SHARE = 0.95
 SHOWN_LINES = 5  # malformed lines listed by number; all are counted
 BATCH = 256  # examples counted per tokenizer call
 

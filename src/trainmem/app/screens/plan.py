@@ -19,6 +19,7 @@ from trainmem.app.targets import snapshot_targets
 from trainmem.app.widgets.breakdown import Breakdown, headline_text
 from trainmem.app.widgets.devices import DevicesPanel
 from trainmem.app.widgets.keybar import KeyBar
+from trainmem.app.widgets.lengths import LengthHistogram
 from trainmem.app.widgets.plan_form import PlanForm
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.errors import PlanError
@@ -72,11 +73,15 @@ class PlanScreen(Screen[None]):
                 yield Static(id="headline", markup=False)
                 yield DevicesPanel(id="devices")
                 yield Breakdown(id="breakdown")
+                yield LengthHistogram(id="lengths", markup=False)
         yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one("#devices").border_title = "Devices"
         self.query_one("#breakdown").border_title = "Estimate"
+        lengths = self.query_one(LengthHistogram)
+        lengths.border_title = "Dataset lengths"
+        lengths.display = False
         form = self.query_one(PlanForm)
         form.model_suggester.words = self.app.state.model_names()
         # The device presets are only suggestions: read after the first frame.
@@ -87,6 +92,7 @@ class PlanScreen(Screen[None]):
         self.watch(self.app, "plans_version", self._on_plans_changed)
         self.watch(self.app, "model_list_version", self._on_model_list)
         self.watch(self.app, "loading_text", self._on_loading)
+        self.watch(self.app, "data_version", lambda _v: self._show_lengths())
 
     @property
     def report(self) -> Report | None:
@@ -106,6 +112,13 @@ class PlanScreen(Screen[None]):
         form.border_subtitle = ws.current.name
         self.sub_title = ws.current.name
         self.recalculate()
+
+    def _show_lengths(self) -> None:
+        """The dataset histogram against the plan's maximum length (after --data is read)."""
+        scan = self.app.state.scan
+        if scan is not None:
+            plan = self.app.state.workspace.current.plan
+            self.query_one(LengthHistogram).show(scan.lengths, plan.seq_len)
 
     def _on_loading(self, text: str) -> None:
         self.query_one(PlanForm).border_subtitle = text or self.app.state.workspace.current.name
@@ -203,6 +216,7 @@ class PlanScreen(Screen[None]):
         breakdown = self.query_one(Breakdown)
         breakdown.set_stale(False)
         breakdown.show(report)
+        self._show_lengths()
         self.query_one("#headline", Static).update(headline_text(report))
         self._refresh_devices()
         if report.fit:  # after the repaint, so the worker never delays the figures
