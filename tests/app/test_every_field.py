@@ -54,7 +54,13 @@ def plans_setting_every_field() -> list[Plan]:
     out = []
     for pick in (0, -1, 1):
         values = {spec.name: _other(spec, pick) for spec in PLAN_FIELDS}
-        if values["offload"] == "params":
+        # sharding rules (Plan._sharding_rules): ZeRO fields with strategy zero, FSDP ones
+        # with fsdp; the other strategy's fields stay set and are only noted as ignored
+        if values["strategy"] == "fsdp":
+            values["offload"] = "params"
+            if values["fsdp"] == "no-shard":
+                values["fsdp_version"] = 1
+        elif values["offload"] == "params":
             values["zero"] = 3
         elif values["offload"] == "optimizer" and values["zero"] == 0:
             values["zero"] = 1

@@ -19,6 +19,17 @@ from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes, dtypes
 from trainmem.core.rule_of_thumb import rule_of_thumb_bytes
 from trainmem.core.runtime import RUNTIME_COMPONENTS, runtime_note, runtime_overhead
+from trainmem.core.sharding import NONE as NO_GATHER
+from trainmem.core.sharding import (
+    Gathered,
+    Host,
+    ddp_buckets,
+    divided,
+    gathered,
+    host_memory,
+    layout,
+    zero_buckets,
+)
 from trainmem.core.states import States, model_states, saved_module_bytes
 from trainmem.core.target import TargetKind
 from trainmem.core.units import fmt_bytes
@@ -59,6 +70,15 @@ class Estimate:
     saved_activation_bytes: int  # what autograd holds once forward ends
     notes: tuple[str, ...] = field(default=())
     runtime_kind: TargetKind = "gpu"
+    # Per node (trainmem.core.sharding.host_memory): host RAM the run needs at its peak, of
+    # which the offloaded states and the weights loaded before sharding.
+    host_bytes_per_node: int = 0
+    host_offloaded_bytes: int = 0
+    host_loading_bytes: int = 0
+    # At the allocated peak, one GPU's weights beyond its shard (FSDP / ZeRO-3 all-gathers)
+    # and its gradient buckets (DDP, ZeRO); both are inside "weights" / "gradients".
+    gathered_bytes: int = 0
+    bucket_bytes: int = 0
 
     def component(self, name: str) -> int:
         return next((c.bytes for c in self.components if c.name == name), 0)
@@ -103,11 +123,18 @@ class Step:
     cache: int = 0  # out.past_key_values: the KV cache built when checkpointing is off
     cache_is_saved: bool = True  # the cache tensors are the k/v attention saves (sdpa, MHA)
     early_head_grad: int = 0  # a fused loss's lm_head gradient, held from forward on
+    # Sharded runs (trainmem.core.sharding); all 0 on one GPU:
+    gathered: Gathered = NO_GATHER  # weights all-gathered beyond the shard, per moment
+    buckets: int = 0  # ZeRO / DDP gradient buckets, alive from the first backward on
+    grad_inflight: int = -1  # one layer's unsharded gradient in backward (-1: grad_layer)
+    embedding_grads: int = -1  # gradients alive at the embedding's backward (-1: all)
 
-    def alive(self, activations: int, logits: int, grads: int, temps: int) -> dict[str, int]:
+    def alive(
+        self, activations: int, logits: int, grads: int, temps: int, gathered: int = 0
+    ) -> dict[str, int]:
         s = self.states
         return {
-            "weights": s.weights,
+            "weights": s.weights + gathered,
             "master copy": s.master,
             "adapter": s.adapter,
             "optimizer state": s.optimizer,
@@ -182,9 +209,23 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
     else:  # modules_to_save copies, untied
         grad_head = matrix * saved_e if "lm_head" in plan.saved_modules else 0
         grad_embed = matrix * saved_e if "embed_tokens" in plan.saved_modules else 0
-    if plan.zero >= 2:  # ZeRO-2 reduce-scatters gradients: each GPU keeps its shard
-        grad_head, grad_embed = grad_head // plan.gpus, grad_embed // plan.gpus
-    grad_layer = max(0, states.gradients - grad_head - grad_embed) // layers
+    lay = layout(plan)
+    head_full, embed_full = grad_head, grad_embed
+    if lay.gradients and lay.strategy == "zero":  # ZeRO-2/3: each GPU keeps its shard
+        grad_head, grad_embed = divided(grad_head, lay.shard), divided(grad_embed, lay.shard)
+    root_sharded = divided(head_full + embed_full, lay.shard) if lay.gradients else 0
+    if lay.strategy == "fsdp":
+        # the root's gradients stay whole until its reduce-scatter at the end of backward
+        grad_layer = max(0, states.gradients - root_sharded) // layers
+    else:
+        grad_layer = max(0, states.gradients - grad_head - grad_embed) // layers
+    trainable_layer = _layer_trainable(plan, spec, states, head_full + embed_full, precision)
+    gather = gathered(plan, spec, precision, _unsharded_weight_bytes(plan, spec), trainable_layer)
+    mixed_zero = lay.strategy == "zero" and not plan.trains_adapter and plan.precision != "fp32"
+    bucket_bytes = 2 if mixed_zero else precision.trainable  # DeepSpeed's 16-bit gradients
+    buckets = ddp_buckets(plan, states.gradients)
+    if lay.strategy == "zero":
+        buckets += zero_buckets(plan, spec, bucket_bytes)
     reentrant = plan.tooling.reentrant_ckpt
     if plan.grad_ckpt:
         # transformers' gradient checkpointing keeps each layer's input and recomputes the
@@ -223,7 +264,28 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
         cache=cache,
         cache_is_saved=cache_is_saved,
         early_head_grad=head.early_head_grad,
+        gathered=gather,
+        buckets=buckets,
+        grad_inflight=gather.layer_grad_inflight if lay.weights else -1,
+        embedding_grads=(
+            layers * grad_layer + head_full + embed_full if lay.strategy == "fsdp" else -1
+        ),
     )
+
+
+def _layer_trainable(
+    plan: Plan, spec: ModelSpec, states: States, root_grads: int, precision: Dtypes
+) -> int:
+    """One decoder layer's trainable elements, unsharded."""
+    per = precision.trainable or 1
+    return max(0, states.trainable_params - root_grads // per) // spec.layers
+
+
+def _unsharded_weight_bytes(plan: Plan, spec: ModelSpec) -> int:
+    """The whole model's weights as stored (what a shard is a part of)."""
+    return model_states(
+        spec, replace(plan, strategy="ddp", zero=0, offload="none", gpus=1, nodes=1), dtypes(plan)
+    ).weights
 
 
 def _cache_held(s: Step, layers_freed: int) -> int:
@@ -239,29 +301,38 @@ def forward_and_loss(s: Step) -> dict[str, int]:
     (transformers/loss/loss_utils.py ForCausalLMLoss: ``logits.float()``)."""
     activations = s.saved_after_forward + _cache_held(s, 0)
     temps = s.forward_copies + s.dequant
-    return s.alive(activations, s.logits_forward, s.early_head_grad, temps)
+    grads = s.early_head_grad + s.buckets
+    return s.alive(activations, s.logits_forward, grads, temps, s.gathered.forward)
 
 
 def loss_backward(s: Step) -> dict[str, int]:
     """log_softmax backward: grad input, grad output and the saved fp32 output at once (and a
     loop's ``out.logits``)."""
     activations = s.saved_after_forward + _cache_held(s, 0)
-    return s.alive(activations, s.loss_backward + s.kept_output, s.early_head_grad, 0)
+    logits = s.loss_backward + s.kept_output
+    return s.alive(activations, logits, s.early_head_grad + s.buckets, 0, s.gathered.forward)
 
 
 def backward_last_layer(s: Step) -> dict[str, int]:
     """Backward through the last layer: its saves (recomputed under checkpointing) and those
     of every layer below are alive; the head's gradient exists."""
     activations = s.layers * s.kept_per_layer + s.recompute + _cache_held(s, 0)
-    grads = s.grad_head + s.grad_layer
-    return s.alive(activations, s.kept_output, grads, s.layer_transient + s.dequant)
+    grads = s.grad_head + _inflight(s) + s.buckets
+    temps = s.layer_transient + s.dequant
+    return s.alive(activations, s.kept_output, grads, temps, s.gathered.backward_last)
 
 
 def backward_first_layer(s: Step) -> dict[str, int]:
     """Backward through the first layer: every layer's gradient, one layer's activations."""
     activations = s.kept_per_layer + s.recompute + _cache_held(s, s.layers - 1)
-    grads = s.grad_head + s.layers * s.grad_layer
-    return s.alive(activations, s.kept_output, grads, s.layer_transient + s.dequant)
+    grads = s.grad_head + (s.layers - 1) * s.grad_layer + _inflight(s) + s.buckets
+    temps = s.layer_transient + s.dequant + s.gathered.reduce_buffer
+    return s.alive(activations, s.kept_output, grads, temps, s.gathered.backward_first)
+
+
+def _inflight(s: Step) -> int:
+    """The gradient of the layer running backward: whole until FSDP reduce-scatters it."""
+    return s.grad_layer if s.grad_inflight < 0 else s.grad_inflight
 
 
 def backward_embedding(s: Step) -> dict[str, int]:
@@ -269,14 +340,19 @@ def backward_embedding(s: Step) -> dict[str, int]:
     input buffer since backward began, and the embedding's) are summed out of place before
     AccumulateGrad (torch/csrc/autograd/input_buffer.cpp): old, new and sum are alive."""
     held = _cache_held(s, s.layers)
-    return s.alive(held, s.kept_output, s.states.gradients, s.tied_sum)
+    grads = (s.states.gradients if s.embedding_grads < 0 else s.embedding_grads) + s.buckets
+    # FSDP then copies the root's gradients into its reduce-scatter input (foreach_reduce)
+    root_reduce = s.grad_head + s.grad_embed if s.embedding_grads >= 0 else 0
+    temps = max(s.tied_sum, root_reduce) + s.gathered.reduce_buffer
+    return s.alive(held, s.kept_output, grads, temps, s.gathered.embedding)
 
 
 def optimizer_step(s: Step) -> dict[str, int]:
     """optimizer.step(): gradients, states and the optimizer's own temporaries (and a loop's
     ``out``, alive until the next forward replaces it)."""
     held = _cache_held(s, s.layers)
-    return s.alive(held, s.kept_output, s.states.gradients, s.states.optimizer_temp)
+    grads = s.states.gradients + s.buckets
+    return s.alive(held, s.kept_output, grads, s.states.optimizer_temp, s.gathered.step)
 
 
 MOMENTS = {
@@ -307,6 +383,8 @@ def estimate(
     allocated = totals[peak_phase]
     overhead = runtime_overhead(runtime, allocated)
     parts = {**phases[peak_phase], **overhead}
+    host = _host(plan, spec, step)
+    gathered_now = phases[peak_phase]["weights"] - step.states.weights
     components = tuple(
         Component(name, int(parts.get(name, 0)), "runtime" if name in RUNTIME else "tensor")
         for name in COMPONENTS
@@ -325,7 +403,21 @@ def estimate(
         saved_activation_bytes=step.saved_after_forward,
         notes=_notes(spec, plan, runtime),
         runtime_kind=runtime,
+        host_bytes_per_node=host.peak,
+        host_offloaded_bytes=host.offloaded,
+        host_loading_bytes=host.loading,
+        gathered_bytes=gathered_now,
+        bucket_bytes=step.buckets,
     )
+
+
+def _host(plan: Plan, spec: ModelSpec, step: Step) -> Host:
+    """Host RAM per node: offloaded states of the node's processes (and checkpoint offload),
+    or the weights every process loads, whichever is larger."""
+    ckpt = 0
+    if plan.grad_ckpt and plan.ckpt_offload:
+        ckpt = spec.layers * plan.batch * plan.seq_len * spec.hidden * dtypes(plan).resid
+    return host_memory(plan, _unsharded_weight_bytes(plan, spec), step.states.offloaded, ckpt)
 
 
 def _notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> tuple[str, ...]:
@@ -345,11 +437,39 @@ def _notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> tuple[str, ...]:
             "output, log-sum-exp); derived from source, not measured (needs a GPU)"
         )
     notes.extend(_stack_notes(spec, plan, runtime))
+    notes.extend(_sharding_notes(plan))
     ignored = plan.ignored_fields()
     if ignored:
         notes.append(f"{', '.join(ignored)} do not apply to this plan and change nothing")
     notes.append(runtime_note(runtime))
     return tuple(notes)
+
+
+def _sharding_notes(plan: Plan) -> list[str]:
+    lay = layout(plan)
+    if lay.strategy == "single":
+        return []
+    where = f"{plan.gpus} GPU{'s' if plan.gpus > 1 else ''} x {plan.nodes} node" + (
+        "s" if plan.nodes > 1 else ""
+    )
+    notes = [f"per GPU of {where}: activations and logits are never divided by sharding"]
+    if lay.world == 1 and plan.offload == "none" and lay.strategy in ("zero", "fsdp"):
+        notes.append(f"{plan.strategy} on one GPU shards nothing; it only adds its buffers")
+    if lay.strategy == "zero":
+        notes.append(
+            "DeepSpeed ZeRO is derived from its source (edaa722), not measured: gradient "
+            "buckets, stage-3 live and persistent parameters, fp32 gradient partition"
+        )
+    if lay.strategy == "ddp":
+        notes.append("DDP keeps a bucket copy of every gradient (derived from torch's source)")
+    if lay.strategy == "fsdp" and plan.precision.endswith("-mixed"):
+        notes.append(
+            "FSDP under -mixed is counted with fp32 gathered units; a MixedPrecisionPolicy "
+            "param_dtype of bf16 gathers half that (not modelled)"
+        )
+    if lay.strategy == "fsdp" and plan.fsdp_version == 1:
+        notes.append("FSDP1 is counted per unit like FSDP2, with flat-parameter padding")
+    return notes
 
 
 LOSS_NOTES = {

@@ -38,6 +38,9 @@ QUANTS = ("nf4", "fp4", "int8")
 BASE_DTYPES = ("auto", "16-bit", "fp32")
 SAVABLE_MODULES = ("embed_tokens", "lm_head")
 OFFLOAD = ("none", "optimizer", "params")
+STRATEGIES = ("ddp", "fsdp", "zero")
+FSDP_SHARDING = ("full-shard", "shard-grad-op", "hybrid-shard", "no-shard")
+AUTO = -1  # a DeepSpeed bucket left to the Trainer ("auto": sized from hidden_size)
 LORA_MODULES = ("q", "k", "v", "o", "gate", "up", "down")
 LORA_PRESETS = {"all-linear": LORA_MODULES, "attention": ("q", "k", "v", "o")}
 
@@ -63,7 +66,43 @@ def _checkpointed(plan: Plan) -> bool:
 
 
 def _sharded(plan: Plan) -> bool:
-    return plan.zero > 0
+    return plan.strategy in ("zero", "fsdp")
+
+
+def _fsdp(plan: Plan) -> bool:
+    return plan.strategy == "fsdp"
+
+
+def _not_fsdp(plan: Plan) -> bool:
+    return plan.strategy != "fsdp"
+
+
+def _deepspeed(plan: Plan) -> bool:
+    return plan.strategy == "zero"
+
+
+def _zero12(plan: Plan) -> bool:
+    return plan.strategy == "zero" and plan.zero in (1, 2)
+
+
+def _zero3(plan: Plan) -> bool:
+    return plan.strategy == "zero" and plan.zero == 3
+
+
+def _bucket(label: str, help: str, default: int, applies: Any) -> Any:
+    """A DeepSpeed size in elements; -1 is "auto", which the Trainer fills from hidden_size."""
+    return plan_field(
+        default,
+        FieldSpec(
+            "int",
+            label,
+            help + "; -1 = auto",
+            low=AUTO,
+            high=10**12,
+            advanced=True,
+            applies=applies,
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -273,7 +312,49 @@ class Plan:
     )
     gpus: int = plan_field(
         1,
-        FieldSpec("int", "GPUs", "data-parallel GPUs", low=1, high=65_536, advanced=True),
+        FieldSpec("int", "GPUs", "GPUs per node", low=1, high=65_536, advanced=True),
+    )
+    nodes: int = plan_field(
+        1,
+        FieldSpec(
+            "int", "Nodes", "machines, each with --gpus GPUs", low=1, high=65_536, advanced=True
+        ),
+    )
+    strategy: str = plan_field(
+        "ddp",
+        FieldSpec(
+            "choice",
+            "Strategy",
+            "ddp (every GPU holds everything), fsdp (PyTorch FSDP) or zero (DeepSpeed ZeRO); "
+            "a ZeRO stage above 0 implies zero",
+            choices=STRATEGIES,
+            advanced=True,
+        ),
+    )
+    fsdp: str = plan_field(
+        "full-shard",
+        FieldSpec(
+            "choice",
+            "FSDP",
+            "full-shard (weights gathered per layer, freed after use), shard-grad-op (kept "
+            "gathered from forward to backward; FSDP2 reshard_after_forward=False), "
+            "hybrid-shard (sharded within a node, replicated across nodes), no-shard",
+            choices=FSDP_SHARDING,
+            advanced=True,
+            applies=_fsdp,
+        ),
+    )
+    fsdp_version: int = plan_field(
+        2,
+        FieldSpec(
+            "choice",
+            "FSDP version",
+            "2: fully_shard, per-parameter DTensors; 1: FullyShardedDataParallel's flat "
+            "parameters (accelerate's default)",
+            choices=(2, 1),
+            advanced=True,
+            applies=_fsdp,
+        ),
     )
     zero: int = plan_field(
         0,
@@ -283,6 +364,7 @@ class Plan:
             "DeepSpeed ZeRO stage: 1 shards optimizer state, 2 gradients too, 3 weights too",
             choices=(0, 1, 2, 3),
             advanced=True,
+            applies=_not_fsdp,
         ),
     )
     offload: str = plan_field(
@@ -290,10 +372,63 @@ class Plan:
         FieldSpec(
             "choice",
             "Offload",
-            "ZeRO-Offload of the optimizer (stage 1-3) or of parameters too (stage 3)",
+            "to host RAM: ZeRO-Offload of the optimizer (stage 1-3) or of parameters too "
+            "(stage 3); FSDP's CPUOffload moves parameters, gradients and optimizer (params)",
             choices=OFFLOAD,
             advanced=True,
             applies=_sharded,
+        ),
+    )
+    reduce_bucket: int = _bucket(
+        "Reduce bucket",
+        "DeepSpeed reduce_bucket_size, gradient elements reduced at once",
+        500_000_000,
+        _deepspeed,
+    )
+    overlap_comm: bool = plan_field(
+        False,
+        FieldSpec(
+            "bool",
+            "Overlap comm",
+            "DeepSpeed overlap_comm in stages 1-2: a second reduce bucket (stage 3 has one "
+            "buffer either way)",
+            advanced=True,
+            applies=_zero12,
+        ),
+    )
+    prefetch_bucket: int = _bucket(
+        "Prefetch bucket",
+        "DeepSpeed stage3_prefetch_bucket_size, parameter elements gathered ahead",
+        50_000_000,
+        _zero3,
+    )
+    max_live_params: int = plan_field(
+        1_000_000_000,
+        FieldSpec(
+            "int",
+            "Max live",
+            "DeepSpeed stage3_max_live_parameters: gathered elements kept at most",
+            low=0,
+            high=10**12,
+            advanced=True,
+            applies=_zero3,
+        ),
+    )
+    persistence_threshold: int = _bucket(
+        "Persist below",
+        "DeepSpeed stage3_param_persistence_threshold: parameters this small stay gathered",
+        100_000,
+        _zero3,
+    )
+    ram_efficient_loading: bool = plan_field(
+        False,
+        FieldSpec(
+            "bool",
+            "RAM-efficient load",
+            "FSDP cpu_ram_efficient_loading: only the first process of a node loads the "
+            "weights into host RAM (otherwise every process loads the whole model)",
+            advanced=True,
+            applies=_fsdp,
         ),
     )
     device: str = plan_field(
@@ -323,10 +458,7 @@ class Plan:
         plan = replace(self, **values)
         if not plan.model.strip():
             raise PlanError("model", "is empty; give a catalogue id, a count like 7B or a path")
-        if plan.offload == "optimizer" and plan.zero == 0:
-            raise PlanError("offload", "optimizer offload needs ZeRO stage 1, 2 or 3 (--zero)")
-        if plan.offload == "params" and plan.zero != 3:
-            raise PlanError("offload", "parameter offload needs ZeRO stage 3 (--zero 3)")
+        plan = _sharding_rules(plan)
         mixed = plan.precision.endswith("-mixed")
         if plan.base_dtype == "fp32" and plan.precision in ("bf16", "fp16"):
             raise PlanError(
@@ -384,6 +516,11 @@ class Plan:
         return self.training.trains_base or "lm_head" in self.saved_modules
 
     @property
+    def world(self) -> int:
+        """Data-parallel processes over every node (one per GPU)."""
+        return self.gpus * self.nodes
+
+    @property
     def trains_adapter(self) -> bool:
         return self.training.trains_adapter
 
@@ -412,6 +549,30 @@ class Plan:
         if unknown:
             raise PlanError(unknown[0], f"unknown plan field; known: {', '.join(sorted(known))}")
         return cls(**{s.name: data[s.key] for s in PLAN_FIELDS if s.key in data}).validated()
+
+
+def _sharding_rules(plan: Plan) -> Plan:
+    """The rules between the multi-GPU fields. A ZeRO stage above 0 is DeepSpeed's, so it
+    implies strategy zero (plan files written before ``strategy`` existed mean that)."""
+    if plan.zero > 0 and plan.strategy == "ddp":
+        plan = replace(plan, strategy="zero")
+    if plan.offload != "none" and plan.strategy == "ddp":
+        raise PlanError("offload", "offload needs --strategy zero (ZeRO-Offload) or fsdp")
+    if plan.strategy == "zero":
+        if plan.offload == "optimizer" and plan.zero == 0:
+            raise PlanError("offload", "optimizer offload needs ZeRO stage 1, 2 or 3 (--zero)")
+        if plan.offload == "params" and plan.zero != 3:
+            raise PlanError("offload", "parameter offload needs ZeRO stage 3 (--zero 3)")
+    if plan.strategy == "fsdp":
+        if plan.offload == "optimizer":
+            raise PlanError(
+                "offload", "FSDP offloads parameters with their gradients and optimizer: use params"
+            )
+        if plan.fsdp == "hybrid-shard" and plan.nodes == 1:
+            raise PlanError("fsdp", "hybrid shard replicates across nodes: it needs --nodes 2+")
+        if plan.fsdp == "no-shard" and plan.fsdp_version == 2:
+            raise PlanError("fsdp", "FSDP2 has no no-shard (that is --strategy ddp)")
+    return plan
 
 
 PLAN_FIELDS: tuple[FieldSpec, ...] = field_specs(Plan)

@@ -13,6 +13,14 @@ from dataclasses import dataclass
 from trainmem.core.architecture import PEFT_ADAPTS_EXPERTS, Linear, ModelSpec
 from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes
+from trainmem.core.sharding import (
+    SUB_GROUP_SIZE,
+    divided,
+    fsdp2_shard_elements,
+    full_plan,
+    layout,
+    offloaded_states,
+)
 
 # bitsandbytes NF4 (bitsandbytes/functional.py quantize_4bit, blocksize 64 as transformers
 # passes none; 0.50.2): 4 bits per weight and an fp32 absmax per block of 64. Double
@@ -60,6 +68,7 @@ class States:
     optimizer: int
     optimizer_temp: int  # allocated during optimizer.step() only
     trainable_params: int
+    offloaded: int = 0  # this process's states kept in host RAM (ZeRO-Offload, CPUOffload)
 
 
 def adapter_rank(spec: ModelSpec, plan: Plan, lin: Linear) -> int:
@@ -170,11 +179,13 @@ def _optimizer_bytes(
     return 2 * state * trainable  # AdamW: exp_avg and exp_avg_sq in the parameters' dtype
 
 
-def _optimizer_temp(plan: Plan, mats: list[Matrix], trainable: int, state: int) -> int:
+def _optimizer_temp(
+    plan: Plan, mats: list[Matrix], trainable: int, state: int, shard: int = 1
+) -> int:
     if plan.optimizer == "adamw-foreach":
         # torch/optim/adamw.py _multi_tensor_adamw: torch._foreach_sqrt(exp_avg_sqs) allocates
         # one tensor per parameter in the states' dtype before _foreach_addcdiv_.
-        return state * trainable
+        return state * divided(trainable, shard)
     if plan.optimizer == "adafactor":
         # transformers/optimization.py Adafactor.step: fp32 grad copy, grad**2 and the update
         # for the parameter being stepped.
@@ -206,28 +217,54 @@ def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
         optimizer += _optimizer_bytes(plan, saved, count, e, embedding_32bit)
         trainable += count
     master = 0
-    n = plan.gpus
-    if plan.zero > 0 and not plan.trains_adapter and plan.precision != "fp32":
+    lay = layout(plan)
+    if lay.strategy == "zero" and not plan.trains_adapter and plan.precision != "fp32":
         # DeepSpeed mixed precision: 16-bit weights and gradients, fp32 master and moments.
         weights, gradients = 2 * params, 2 * trainable
         master = 4 * trainable
         optimizer = _optimizer_bytes(plan, mats, trainable, 4)
-    if plan.zero >= 1:
-        master, optimizer = master // n, optimizer // n
-        if plan.offload in ("optimizer", "params"):
-            master = optimizer = 0
-    if plan.zero >= 2:
-        gradients //= n
-    if plan.zero >= 3:
-        weights //= n
-        if plan.offload == "params":
-            weights = 0
+    full = (weights, gradients, master, optimizer)
+    n = lay.shard
+    fp32_grads = 0
+    if lay.strategy == "zero" and master:
+        # stage_1_and_2.py:2361 (stage3.py per sub-group): step() makes an fp32 copy of this
+        # process's gradient partition for the fp32 master; ZeRO-Offload makes it on the CPU.
+        fp32_grads = 4 * min(divided(trainable, n if lay.optimizer else 1), SUB_GROUP_SIZE)
+    if lay.optimizer:
+        master, optimizer = divided(master, n), divided(optimizer, n)
+    if lay.gradients:
+        gradients = divided(gradients, n)
+    if lay.weights:
+        weights = _sharded_weights(spec, plan, weights, n)
+        adapter = divided(adapter, n)  # trainable weights are sharded like the rest
+    offloaded = offloaded_states(plan, full[0] + adapter, *full[1:])
+    if plan.offload != "none":
+        # ZeRO-Offload keeps master, states and the gradient partition on the CPU; FSDP's
+        # CPUOffload the sharded weights and gradients too.
+        master = optimizer = fp32_grads = 0
+        if lay.strategy == "zero" and lay.gradients:
+            gradients = 0
+        if plan.offload == "params" or lay.strategy == "fsdp":
+            weights = gradients = adapter = 0
     return States(
         weights=weights,
         master=master,
         adapter=adapter,
         gradients=gradients,
         optimizer=optimizer,
-        optimizer_temp=_optimizer_temp(plan, mats, trainable, dt.state),
+        optimizer_temp=_optimizer_temp(plan, mats, trainable, dt.state, n if lay.optimizer else 1)
+        + fp32_grads,
         trainable_params=trainable,
+        offloaded=offloaded,
     )
+
+
+def _sharded_weights(spec: ModelSpec, plan: Plan, weights: int, n: int) -> int:
+    """One process's weight shard: FSDP2 pads each parameter's dim 0
+    (sharding.fsdp2_shard_elements); DeepSpeed and FSDP1 pad one flat buffer."""
+    if plan.strategy == "fsdp" and plan.fsdp_version == 2 and not plan.training.quantized_base:
+        shapes = [(m.rows, m.cols, m.count) for m in trainable_matrices(spec, full_plan(plan))]
+        elements = sum(r * c * k for r, c, k in shapes)
+        if elements == spec.params:  # shapes account for every parameter
+            return fsdp2_shard_elements(shapes, n) * (weights // max(1, elements))
+    return divided(weights, n)

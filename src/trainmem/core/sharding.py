@@ -1,0 +1,281 @@
+"""What data-parallel sharding leaves on each GPU and puts in each node's host RAM.
+
+One function per component; each cites the source it follows. Versions read: torch 2.13.0
+(torch/distributed/fsdp, torch/nn/parallel), DeepSpeed edaa722 (deepspeed/runtime/zero),
+transformers 5.24 (integrations/deepspeed.py), accelerate 1.15.0.
+
+The FSDP units are what accelerate's and the Trainer's transformer auto-wrap policy makes:
+one unit per decoder layer, and the root (embeddings, final norm, lm_head). Sharding never
+divides activations or logits: every GPU runs its own micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from trainmem.core.architecture import ModelSpec
+from trainmem.core.plan import AUTO, Plan
+from trainmem.core.precision import Dtypes
+
+# deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3.__init__: sub_group_size
+# (config.py:175, default 1e9) bounds the fp32 gradient each optimizer sub-group steps on.
+SUB_GROUP_SIZE = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one plan divides its states over ``world`` processes."""
+
+    strategy: str  # "single" (one process), "ddp", "fsdp" or "zero"
+    world: int
+    shard: int  # processes a sharded state is divided over
+    optimizer: bool  # optimizer state and master copy sharded
+    gradients: bool
+    weights: bool
+    reshard_after_forward: bool  # FSDP frees a unit's gathered weights after its forward
+
+
+def layout(plan: Plan) -> Layout:
+    """ZeRO (Rajbhandari et al. 2019, section 5): stage 1 shards optimizer state, 2 gradients
+    too, 3 weights too, over every process. FSDP (torch/distributed/fsdp/api.py
+    ShardingStrategy): FULL_SHARD and SHARD_GRAD_OP shard all three over every process,
+    SHARD_GRAD_OP keeping weights gathered between forward and backward (FSDP2:
+    reshard_after_forward=False); HYBRID_SHARD shards within a node and replicates across
+    nodes; NO_SHARD shards nothing."""
+    world = plan.world
+    if world == 1 and plan.strategy == "ddp":
+        return Layout("single", 1, 1, False, False, False, True)
+    if plan.strategy == "zero":
+        z = plan.zero
+        return Layout("zero", world, world, z >= 1, z >= 2, z >= 3, True)
+    if plan.strategy == "fsdp" and plan.fsdp != "no-shard":
+        shard = plan.gpus if plan.fsdp == "hybrid-shard" else world
+        return Layout("fsdp", world, shard, True, True, True, plan.fsdp != "shard-grad-op")
+    return Layout(plan.strategy, world, 1, False, False, False, True)
+
+
+def divided(total: int, n: int) -> int:
+    """One process's share of a flat buffer, padded up (DeepSpeed pads its flat partitions,
+    stage_1_and_2.py flatten_dense_tensors_aligned; FSDP1 pads each flat parameter,
+    _flat_param.py FlatParamHandle._get_shard)."""
+    return -(-total // n)
+
+
+def fsdp2_shard_elements(shapes: list[tuple[int, int, int]], n: int) -> int:
+    """FSDP2 shards each parameter on dim 0, padded to a multiple of the world size
+    (torch 2.13 _fully_shard/_fsdp_common.py _get_dim0_padded_size,
+    _fsdp_param.py FSDPParam._init_sharded_param). ``shapes``: (rows, cols, count)."""
+    return sum(-(-rows // n) * cols * count for rows, cols, count in shapes)
+
+
+@dataclass(frozen=True)
+class Units:
+    """Parameters of the FSDP units in elements: one decoder layer and the root."""
+
+    layer: int
+    root: int
+    largest_module: int  # the largest leaf module (ZeRO-3 gathers per module)
+    persistent: int  # parameters at or below ZeRO-3's persistence threshold, all layers
+
+
+def units(spec: ModelSpec, plan: Plan) -> Units:
+    root = spec.vocab * spec.hidden * (1 if spec.tied_embeddings else 2) + spec.hidden
+    layer = max(0, spec.params - root) // spec.layers
+    largest = max(
+        max(lin.params for lin in spec.linears()) if spec.linears() else 0,
+        spec.vocab * spec.hidden,
+    )
+    threshold = zero3_persistence(plan, spec)
+    vectors = spec.layer_norm_params() * spec.layers + spec.hidden
+    biases = sum(lin.count * lin.out_features for lin in spec.linears() if lin.bias)
+    # deepspeed/runtime/zero/parameter_offload.py:319 mark_persistent_parameters:
+    # ds_numel <= param_persistence_threshold stays gathered. Norm weights and biases are
+    # the parameters that small in these models (one norm is ``hidden`` elements).
+    small = spec.hidden <= threshold
+    persistent = (vectors + biases * spec.layers) if small else 0
+    return Units(layer, root, largest, persistent)
+
+
+def zero_reduce_bucket(plan: Plan, spec: ModelSpec) -> int:
+    """reduce_bucket_size in elements: DeepSpeed's 5e8 (zero/config.py:113), or the
+    Trainer's "auto" = hidden_size² (transformers integrations/deepspeed.py:232)."""
+    return spec.hidden * spec.hidden if plan.reduce_bucket == AUTO else plan.reduce_bucket
+
+
+def zero3_prefetch(plan: Plan, spec: ModelSpec) -> int:
+    """stage3_prefetch_bucket_size: 5e7 (zero/config.py:215), "auto" = 0.9·hidden_size²
+    (integrations/deepspeed.py:235-237); never beyond stage3_max_live_parameters
+    (partitioned_param_coordinator.py:452-454)."""
+    n = (
+        int(0.9 * spec.hidden * spec.hidden)
+        if plan.prefetch_bucket == AUTO
+        else plan.prefetch_bucket
+    )
+    return min(n, plan.max_live_params)
+
+
+def zero3_persistence(plan: Plan, spec: ModelSpec) -> int:
+    """stage3_param_persistence_threshold: 1e5 (zero/config.py:221), "auto" = 10·hidden_size
+    (integrations/deepspeed.py:239-241)."""
+    return 10 * spec.hidden if plan.persistence_threshold == AUTO else plan.persistence_threshold
+
+
+def zero_buckets(plan: Plan, spec: ModelSpec, grad_bytes: int) -> int:
+    """The gradient buffers ZeRO keeps on each GPU through backward and after it.
+    Stages 1-2 with contiguous_gradients (default True, config.py:102): one
+    reduce_bucket_size buffer in the 16-bit dtype, a second with overlap_comm
+    (stage_1_and_2.py:2502-2514). Stage 3: one flat bucket (stage3.py:733); overlap_comm
+    only changes streams there. Stage 0 reduces without buckets."""
+    if plan.offload == "params" or plan.zero == 0:
+        return 0 if plan.zero == 0 else zero_reduce_bucket(plan, spec) * grad_bytes
+    count = 1 if plan.zero == 3 or not plan.overlap_comm else 2
+    return count * zero_reduce_bucket(plan, spec) * grad_bytes
+
+
+def ddp_buckets(plan: Plan, trainable_grad_bytes: int) -> int:
+    """DDP's reducer copies every gradient into its own bucket tensors unless
+    gradient_as_bucket_view=True (torch/nn/parallel/distributed.py DistributedDataParallel
+    docstring: the saving "will be equal to the total gradients size"); accelerate and the
+    Trainer leave it False (accelerate/utils/dataclasses.py DistributedDataParallelKwargs)."""
+    lay = layout(plan)
+    return trainable_grad_bytes if lay.strategy == "ddp" and lay.world > 1 else 0
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """Weights all-gathered on one GPU beyond its shard, at each moment of the step, and the
+    gradient communication buffers (bytes)."""
+
+    forward: int
+    backward_last: int
+    backward_first: int
+    embedding: int
+    layer_grad_inflight: int  # one unit's unsharded gradient while it is reduced
+    reduce_buffer: int  # FSDP: the previous unit's reduce-scatter input, held
+    step: int  # gathered during the optimizer step
+
+
+NONE = Gathered(0, 0, 0, 0, 0, 0, 0)
+
+
+def gathered(
+    plan: Plan, spec: ModelSpec, dt: Dtypes, weight_bytes: int, trainable_layer: int
+) -> Gathered:
+    """``weight_bytes``: the whole model's weights as stored (unsharded);
+    ``trainable_layer``: one decoder layer's trainable elements (its gradient's size)."""
+    lay = layout(plan)
+    if not lay.weights:
+        return NONE
+    u = units(spec, plan)
+    per_elem = weight_bytes / max(1, spec.params)  # quantized bases are < 1 byte each
+    unit, root = round(u.layer * per_elem), round(u.root * per_elem)
+    grad_unit = trainable_layer * dt.trainable
+    if lay.strategy == "fsdp":
+        return fsdp_gathered(plan, spec, unit, root, grad_unit)
+    return zero3_gathered(plan, spec, u, per_elem, dt.trainable)
+
+
+def fsdp_gathered(plan: Plan, spec: ModelSpec, unit: int, root: int, grad_unit: int) -> Gathered:
+    """FSDP per unit. The root is never resharded after forward (torch 2.13
+    _fsdp_state.py:203-207), so embeddings and lm_head stay gathered from forward to the end
+    of backward. In backward each unit prefetches the next one's all-gather
+    (_fsdp_param_group.py:795 _backward_prefetch; FSDP1: BackwardPrefetch.BACKWARD_PRE, the
+    default), so two layer units are gathered; layer 0 prefetches the root, gathered
+    already. With reshard_after_forward=False (shard-grad-op) every layer stays gathered
+    until its backward. A unit's gradient is copied into a reduce-scatter input in the
+    reduce dtype (_fsdp_collectives.py:597 foreach_reduce), which the param group keeps until
+    the next reduce-scatter (comm_ctx.reduce_scatter_state)."""
+    layers = spec.layers
+    lay = layout(plan)
+    if lay.reshard_after_forward:
+        forward, last = root, root + 2 * unit
+    else:
+        forward = last = root + layers * unit
+    # FSDP1 reduce-scatters a padded flat gradient into a new sharded one
+    # (_runtime_utils.py _reduce_grad); FSDP2 the same per unit: one unit's buffer either way.
+    return Gathered(
+        forward=forward,
+        backward_last=last,
+        backward_first=root + unit,
+        embedding=root,
+        layer_grad_inflight=grad_unit,
+        reduce_buffer=grad_unit,
+        step=0,  # the root reshards at the end of backward
+    )
+
+
+def zero3_gathered(
+    plan: Plan, spec: ModelSpec, u: Units, per_elem: float, grad_bytes: int
+) -> Gathered:
+    """ZeRO-3 gathers each module's parameters when it runs and prefetches up to
+    stage3_prefetch_bucket_size elements ahead (partitioned_param_coordinator.py:452-454);
+    parameters under the persistence threshold stay gathered. The module running in backward
+    has its unsharded gradient until it is copied into the reduce bucket
+    (stage3.py:1533-1548). DeepSpeed's own estimate counts this as 4 x largest layer
+    (stage3.py:3755)."""
+    live = round((u.largest_module + zero3_prefetch(plan, spec) + u.persistent) * per_elem)
+    live = min(live, round(spec.params * per_elem))  # never more than the whole model
+    # stage3.py: fetched parameters are released after their module's backward; the
+    # persistent ones stay gathered through the step.
+    persistent = round(u.persistent * per_elem)
+    return Gathered(
+        forward=live,
+        backward_last=live,
+        backward_first=live,
+        embedding=live,
+        layer_grad_inflight=u.largest_module * grad_bytes if plan.trains_lm_head else 0,
+        reduce_buffer=0,
+        step=persistent,
+    )
+
+
+@dataclass(frozen=True)
+class Host:
+    """Host RAM of one node (bytes): what training keeps there and what loading needs."""
+
+    offloaded: int  # offloaded states of every process on the node
+    loading: int  # the weights loaded by the node's processes before sharding
+
+    @property
+    def peak(self) -> int:
+        # The loaded copies are freed once the model is sharded or moved to the GPU, before
+        # the optimizer states exist (the Trainer creates the optimizer after wrapping).
+        return max(self.offloaded, self.loading)
+
+
+def host_memory(
+    plan: Plan, load_bytes: int, offloaded_per_gpu: int, ckpt_offload_per_gpu: int
+) -> Host:
+    """``load_bytes``: the model's weights as loaded. Every process loads the whole model
+    (from_pretrained per rank) unless FSDP's cpu_ram_efficient_loading loads it once per
+    node, the others on the meta device (accelerate/utils/dataclasses.py
+    FullyShardedDataParallelPlugin.cpu_ram_efficient_loading)."""
+    loaders = 1 if plan.strategy == "fsdp" and plan.ram_efficient_loading else plan.gpus
+    return Host(plan.gpus * (offloaded_per_gpu + ckpt_offload_per_gpu), loaders * load_bytes)
+
+
+def offloaded_states(plan: Plan, weights: int, gradients: int, master: int, optimizer: int) -> int:
+    """One process's offloaded states (unsharded sizes in, the shard out).
+    ZeRO-Offload keeps the fp32 master partition, the optimizer states and an fp32 gradient
+    partition on the CPU (stage_1_and_2.py: single_partition_of_fp32_groups and its .grad on
+    the CPU under cpu_offload; stage3.py the same per sub-group), and with offload_param the
+    16-bit parameter and gradient partitions too (stage3.py:742-746,
+    lp_grad_partitions_flat_pin_buffers). FSDP's CPUOffload(offload_params=True) keeps the
+    sharded parameters and gradients on the CPU, and the optimizer steps there
+    (torch/distributed/fsdp/api.py CPUOffload)."""
+    lay = layout(plan)
+    n = lay.shard
+    if plan.offload == "none":
+        return 0
+    if lay.strategy == "fsdp":
+        return divided(weights + gradients + master + optimizer, n)
+    fp32_grads = 4 * divided(master // 4, n) if master else divided(gradients, n)
+    states = divided(master, n) + divided(optimizer, n) + fp32_grads
+    if plan.offload == "params":
+        states += divided(weights, n) + divided(gradients, n)
+    return states
+
+
+def full_plan(plan: Plan) -> Plan:
+    """The same plan training every weight: its trainable shapes are the base's shapes."""
+    return replace(plan, method="full", modules_to_save="")
