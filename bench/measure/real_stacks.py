@@ -234,6 +234,38 @@ def cases() -> list[RealCase]:
         RealCase(S, "trainer", tr(method="qlora", quant="int8", seq_len=256, batch=1), note="load_in_8bit"),
         RealCase(S, "trainer", tr(method="qlora", quant="fp4", seq_len=256, batch=1)),
     ]
+    # 6. LLM.int8 under non-reentrant checkpointing (bitsandbytes keeps each 8-bit linear's
+    # input as a ctx attribute, out of the checkpoint's hooks), and with kbit prep
+    out += [
+        RealCase(
+            S,
+            "trainer",
+            tr(method="qlora", quant="int8", grad_ckpt=True, seq_len=256, batch=1),
+            note="load_in_8bit, activation_checkpointing=True",
+        ),
+        RealCase(
+            S,
+            "trainer",
+            tr(method="qlora", quant="int8", kbit_prep=True, grad_ckpt=True, seq_len=256, batch=1),
+            note="load_in_8bit, kbit prep, activation_checkpointing=True",
+        ),
+    ]
+    # 7. bitsandbytes' other optimizer layouts through the Trainer's optim names
+    out += [
+        RealCase(S, "trainer", tr(precision="bf16", optimizer=name, seq_len=256, batch=1))
+        for name in ("lion", "lion-8bit", "paged-adamw-32bit")
+    ]
+    # 8. eager attention where a layer's backward outweighs the loss (9 heads, 8192 tokens:
+    # h x S x 10 bytes per token beside 12 x V), as the harness's emulated step under fakes
+    out.append(
+        RealCase(
+            S,
+            "trainer",
+            tr(method="lora", precision="bf16", base_dtype="16-bit", attn="eager", grad_ckpt=True,
+               seq_len=8192, batch=1),
+            execution="emulated-fake",
+        )
+    )
     return out
 
 
@@ -430,7 +462,14 @@ def _lora_fields(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def _optim_name(plan: dict[str, Any]) -> str:
-    return {"adamw": "adamw_torch_fused", "adamw-8bit": "adamw_bnb_8bit", "sgd": "sgd"}[plan["optimizer"]]
+    return {
+        "adamw": "adamw_torch_fused",
+        "adamw-8bit": "adamw_bnb_8bit",
+        "sgd": "sgd",
+        "lion": "lion_32bit",
+        "lion-8bit": "lion_8bit",
+        "paged-adamw-32bit": "paged_adamw_32bit",
+    }[plan["optimizer"]]
 
 
 # --------------------------------------------------------------------------- the measured step

@@ -238,8 +238,14 @@ def test_eager_backward_holds_the_softmax_gradient_beside_the_scores():
     sdpa = plan(grad_ckpt=True, seq_len=256, batch=1)
     eager = replace(sdpa, attn="eager")
     a, b = step_sizes(sdpa, SPEC), step_sizes(eager, SPEC)
-    # bf16: the softmax's fp32 gradient and the probabilities' bf16 gradient, 2 x 2 bytes
-    assert b.layer_transient - a.layer_transient == 256 * 256 * HEADS * 4
+    # bf16: the fp32 softmax output (saved), its fp32 incoming gradient and fp32 result:
+    # 12 bytes per score where 6 were saved; fp16 on CUDA returns its result in fp16
+    assert b.layer_transient - a.layer_transient == 256 * 256 * HEADS * 6
+    fp16 = replace(eager, precision="fp16")
+    assert step_sizes(fp16, SPEC).layer_transient - a.layer_transient == 256 * 256 * HEADS * 4
+    assert (
+        step_sizes(fp16, SPEC, "cpu").layer_transient - a.layer_transient == 256 * 256 * HEADS * 6
+    )
     flash = replace(sdpa, attn="flash-attention-2")
     assert estimate(flash, SPEC).allocated_bytes == estimate(sdpa, SPEC).allocated_bytes
 

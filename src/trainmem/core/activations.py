@@ -123,12 +123,23 @@ def layer_activations(
         attention_scores=scores,
         saved_fixed=fixed,
         transient_fixed=fixed_transient,
-        # softmax backward (fp32 gradient) and the gradient of the probabilities beside the
-        # saved scores (docs/research/training-stacks.md section 6, from derivatives.yaml)
-        scores_transient=spec.heads * 2 * attn_e if eager else 0,
+        scores_transient=spec.heads * _softmax_backward(plan, attn_e, kernels) if eager else 0,
         int8_inputs=int8_all,
         int8_inputs_extra=int8_extra,
     )
+
+
+def _softmax_backward(plan: Plan, attn_e: int, kernels: Kernels) -> int:
+    """Bytes per score element that eager attention's softmax backward holds beyond the saved
+    scores. ``softmax(x, dtype=float32)`` casts a bf16 or fp32 input to fp32 first and runs
+    an fp32 softmax (aten/src/ATen/native/SoftMax.cpp: only fp16 on CUDA takes the fused
+    half_to_float path), so its backward holds the fp32 output, the fp32 incoming gradient
+    (the probabilities' gradient cast up) and an fp32 result: 12 bytes, where 6 (fp32 output
+    and its 16-bit copy) or 4 (fp32) were saved. Measured on CPU at 8192 tokens
+    (bench/results/measure-cpu-real-stacks.json); fp16 on CUDA returns its result in fp16."""
+    saved = 4 + (attn_e if attn_e != 4 else 0)
+    peak = 10 if plan.precision.startswith("fp16") and kernels == "cuda" else 12
+    return peak - saved
 
 
 def _int8_inputs(spec: ModelSpec, plan: Plan, dt: Dtypes, attn_e: int) -> tuple[int, int]:
