@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Sequence
 
-SUBCOMMANDS = ("plan", "devices")
+SUBCOMMANDS = ("plan", "devices", "run-report", "calibrate")
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl+C
 
 
@@ -39,9 +39,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Will this training run fit? Run without a command to open the dashboard.",
     )
     parser.add_argument("--version", action="version", version=f"trainmem-tui {__version__}")
-    sub = parser.add_subparsers(dest="command", parser_class=Parser, metavar="{plan,devices}")
+    sub = parser.add_subparsers(
+        dest="command", parser_class=Parser, metavar="{" + ",".join(SUBCOMMANDS) + "}"
+    )
     for name in SUBCOMMANDS if only is None else (only,):
-        importlib.import_module(f"trainmem.cli.{name}_cmd").add_parser(sub)
+        importlib.import_module(f"trainmem.cli.{name.replace('-', '_')}_cmd").add_parser(sub)
     return parser
 
 

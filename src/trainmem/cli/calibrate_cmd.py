@@ -1,0 +1,68 @@
+"""`trainmem-tui calibrate PATH [PATH...]`: store this machine's measured CUDA runtime (the
+context and the allocator's reserve ratio) per GPU model, from probe logs of real runs.
+
+Later estimates for that GPU model use them for the runtime part of the device peak only
+(never the allocated estimate) and say "calibrated from <run>"; `run-report --no-calibration`
+ignores them. The file is $TRAINMEM_STATE_DIR (or $XDG_STATE_HOME/trainmem)/calibration.json,
+written atomically; a broken one is reported and left untouched. Bad input: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+PROG = "trainmem-tui calibrate"
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "calibrate",
+        help="store this GPU's measured CUDA context and reserve from a probe log",
+        description="Measure the CUDA context and allocator reserve in trainmem probe logs and "
+        "store them per GPU model for later estimates.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="run logs of CUDA runs")
+    parser.add_argument("--json", action="store_true", help="print what was stored as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(ns: argparse.Namespace) -> int:
+    from trainmem.cli.run_report_cmd import size
+    from trainmem.planner.calibration import measure
+    from trainmem.sources.calibration import save_calibration
+    from trainmem.sources.run_logs import read_run_log
+
+    stored: list[dict[str, Any]] = []
+    try:
+        measured = [measure(read_run_log(p)) for p in ns.paths]
+        for cal, via in measured:
+            path = save_calibration(cal)
+            stored.append(
+                {
+                    "gpu": cal.gpu,
+                    "context_bytes": cal.context_bytes,
+                    "reserve_fraction": round(cal.reserve_fraction, 6),
+                    "run": cal.run,
+                    "steps": cal.steps,
+                    "context_from": via,
+                    "file": str(path),
+                }
+            )
+    except ValueError as exc:  # RunLogError, CalibrationError, CalibrationFileError
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        return 2
+    if ns.json:
+        json.dump(stored, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    for s in stored:
+        alone = " (assumes the run was alone on the GPU)" if s["context_from"] != "nvml" else ""
+        print(
+            f"{s['gpu']}: CUDA context {size(s['context_bytes'])} (from {s['context_from']}"
+            f"{alone}), allocator reserve {100 * s['reserve_fraction']:.1f}% of the allocated "
+            f"peak; from {s['run']} ({s['steps']} steps) -> {s['file']}"
+        )
+    return 0

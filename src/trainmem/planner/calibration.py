@@ -1,0 +1,124 @@
+"""Calibration, measured and applied: a probe log's CUDA context and reserve ratio for its GPU
+model, and a report whose GPU verdicts use the calibration of the GPU they judge.
+
+Measured from a run log (CUDA only):
+- context = the process's memory as NVML sees it minus the allocator's reserved bytes, both
+  read at the same moment (each step's end); the largest over the steps after the first (the
+  first loads kernels as they are first used), so the figure is never below what the run held;
+  without NVML figures (a container whose PIDs NVML does not show), the device's used memory
+  (total - free) stands in for the process's, which assumes the run was alone on the GPU;
+- reserve = the run's peak reserved / its peak allocated - 1 (the estimate's reserve is a
+  fraction of the allocated peak).
+Applied: only the runtime part of the device peak changes (trainmem.core.calibration).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from trainmem.core.calibration import Calibration, recalibrated
+from trainmem.core.estimator import Estimate
+from trainmem.core.fit import judge_fit
+from trainmem.core.target import DeviceTarget
+from trainmem.devices.presets import resolve_preset
+from trainmem.planner.report import Report
+from trainmem.sources.run_logs import RunLog
+
+
+class CalibrationError(ValueError):
+    """A log that cannot calibrate; ``str()`` is one line."""
+
+
+def measure(log: RunLog) -> tuple[Calibration, str]:
+    """This log's calibration and how its context was read ("nvml" or "device free memory")."""
+    where = f"run log {log.path}"
+    if log.device_type != "cuda" or not log.gpu_name:
+        raise CalibrationError(f"{where} is from a {log.device_type} run: calibration is for CUDA")
+    steps = log.steps[1:] or log.steps
+    via = "nvml"
+    contexts = [
+        s.driver_bytes - s.reserved_bytes
+        for s in steps
+        if s.driver_bytes is not None and s.reserved_bytes is not None
+    ]
+    if not contexts:
+        via = "device free memory"
+        contexts = [
+            s.total_bytes - s.free_bytes - s.reserved_bytes
+            for s in steps
+            if s.total_bytes is not None
+            and s.free_bytes is not None
+            and s.reserved_bytes is not None
+        ]
+    peaks = [
+        (s.max_allocated_bytes, s.max_reserved_bytes)
+        for s in log.steps
+        if s.max_allocated_bytes and s.max_reserved_bytes is not None
+    ]
+    if not contexts or not peaks:
+        raise CalibrationError(f"{where} holds no step with CUDA memory figures yet")
+    allocated = max(a for a, _ in peaks)
+    reserved = max(r for _, r in peaks)
+    versions = log.run.get("versions")
+    torch = versions.get("torch") if isinstance(versions, dict) else None
+    cal = Calibration(
+        gpu=log.gpu_name,
+        context_bytes=max(0, max(contexts)),
+        reserve_fraction=max(0.0, reserved / allocated - 1),
+        run=log.path.name,
+        steps=len(log.steps),
+        cuda=log.cuda,
+        torch=str(torch) if torch else None,
+    )
+    return cal, via
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[\s_\-]+", "", name.lower()).removeprefix("nvidia")
+
+
+def calibration_for(name: str, calibrations: dict[str, Calibration]) -> Calibration | None:
+    """The calibration of the GPU called ``name`` (NVML's name or a preset's: "H100-80GB"
+    finds "NVIDIA H100 80GB HBM3"); None when this GPU model was never calibrated."""
+    for gpu, cal in calibrations.items():
+        if _key(gpu) == _key(name):
+            return cal
+    preset = resolve_preset(name)
+    if preset is None:
+        return None
+    for gpu, cal in calibrations.items():
+        other = resolve_preset(gpu)
+        if other is not None and other.name == preset.name:
+            return cal
+    return None
+
+
+def calibrated_estimate(
+    est: Estimate, target: DeviceTarget | None, calibrations: dict[str, Calibration]
+) -> Estimate:
+    """``est`` re-costed with ``target``'s calibration, when it is a calibrated GPU."""
+    if target is None or target.kind != "gpu" or est.runtime_kind != "gpu":
+        return est
+    cal = calibration_for(target.name, calibrations)
+    return recalibrated(est, cal.figures) if cal is not None else est
+
+
+def calibrated_report(report: Report, calibrations: dict[str, Calibration]) -> Report:
+    """``report`` with each GPU verdict judged on that GPU's calibration, and the estimate
+    shown re-costed for the first device. Advice and what-if answers stay on the built-in
+    figures (they are searches over many estimates; the runtime part moves them little)."""
+    if not calibrations:
+        return report
+    est = report.estimate
+    first = report.targets[0] if report.targets else None
+    shown = calibrated_estimate(est, first, calibrations)
+    fits = tuple(
+        judge_fit(
+            calibrated_estimate(est, t, calibrations).judged_bytes_on(t.kind),
+            t.name,
+            t.usable_bytes,
+        )
+        for t in report.targets
+    )
+    return replace(report, estimate=shown, fit=fits)

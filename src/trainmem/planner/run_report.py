@@ -1,0 +1,223 @@
+"""Predicted against observed: a run log's steps beside the estimate for the plan the log
+describes, per rank. The data behind `run-report --json` and the dashboard's run view.
+
+Observed, per step:
+- allocated peak: ``max_allocated_bytes`` (CUDA, exact; MPS, read at phase boundaries);
+  none on CPU, where no tensor count exists;
+- device peak: on CUDA the peak reserved plus the context (the driver's figure for the
+  process minus reserved, at the step's end; without NVML the context is not known and the
+  device peak is the reserved peak, said in the notes); on MPS and CPU the largest driver
+  figure read (Metal's allocation for the process; the process's RSS).
+Differences are predicted - observed, in bytes and as a share of observed (the convention of
+docs/accuracy.md: +10% means the estimate was 10% high).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trainmem.core.calibration import Calibration, recalibrated
+from trainmem.core.estimator import Estimate, estimate
+from trainmem.core.runtime import built_in_figures, runtime_note
+from trainmem.core.target import DeviceTarget, TargetKind
+from trainmem.core.units import fmt_bytes
+from trainmem.planner.calibration import calibration_for
+from trainmem.sources.run_logs import RebuiltPlan, RunLog, StepRecord, rebuild_plan
+
+LOW_FREE_FRACTION = 0.05  # free memory under 5% of the device's total is reported
+KINDS: dict[str, TargetKind] = {"cuda": "gpu", "mps": "unified", "cpu": "system"}
+
+
+@dataclass(frozen=True, slots=True)
+class StepSeen:
+    step: int
+    allocated_peak: int | None
+    device_peak: int | None
+    peak_phase: str | None  # the phase holding the step's allocated (else device) peak
+    free_bytes: int | None
+    total_bytes: int | None
+    context_bytes: int | None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "allocated_peak_bytes": self.allocated_peak,
+            "device_peak_bytes": self.device_peak,
+            "peak_phase": self.peak_phase,
+            "context_bytes": self.context_bytes,
+            "free_bytes": self.free_bytes,
+            "total_bytes": self.total_bytes,
+            "error": self.error,
+        }
+
+
+def _phase_peak(s: StepRecord) -> str | None:
+    for key in ("max_allocated_bytes", "max_reserved_bytes", "driver_bytes"):
+        have = {name: f[key] for name, f in s.phases.items() if key in f}
+        if have:
+            return max(have, key=lambda n: have[n])
+    return None
+
+
+def observe(s: StepRecord, device_type: str) -> StepSeen:
+    context = None
+    if device_type == "cuda":
+        if s.driver_bytes is not None and s.reserved_bytes is not None:
+            context = max(0, s.driver_bytes - s.reserved_bytes)
+        reserved = s.max_reserved_bytes
+        device = reserved + (context or 0) if reserved is not None else None
+    else:
+        device = s.max_driver_bytes if s.max_driver_bytes is not None else s.driver_bytes
+    return StepSeen(
+        s.step,
+        s.max_allocated_bytes,
+        device,
+        _phase_peak(s),
+        s.free_bytes,
+        s.total_bytes,
+        context,
+        s.error,
+    )
+
+
+def _diff(predicted: int, observed: int | None) -> dict[str, Any]:
+    if observed is None:
+        return {"predicted_bytes": predicted, "observed_bytes": None}
+    return {
+        "predicted_bytes": predicted,
+        "observed_bytes": observed,
+        "difference_bytes": predicted - observed,
+        "difference_pct": round(100 * (predicted - observed) / observed, 2) if observed else None,
+    }
+
+
+@dataclass(frozen=True)
+class RankReport:
+    log: RunLog
+    rebuilt: RebuiltPlan
+    estimate: Estimate
+    steps: tuple[StepSeen, ...]
+    notes: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def allocated_peak(self) -> StepSeen | None:
+        seen = [s for s in self.steps if s.allocated_peak is not None]
+        return max(seen, key=lambda s: s.allocated_peak or 0) if seen else None
+
+    @property
+    def device_peak(self) -> StepSeen | None:
+        seen = [s for s in self.steps if s.device_peak is not None]
+        return max(seen, key=lambda s: s.device_peak or 0) if seen else None
+
+    def to_json(self) -> dict[str, Any]:
+        alloc, device = self.allocated_peak, self.device_peak
+        est = self.estimate
+        return {
+            "path": str(self.log.path),
+            "rank": self.log.rank,
+            "world_size": self.log.run.get("world_size"),
+            "device": self.log.device,
+            "peaks": self.log.run.get("peaks"),
+            "steps": len(self.steps),
+            "ended": self.log.ended,
+            "plan": est.plan.to_dict(),
+            "model": est.model.name,
+            "allocated": {
+                **_diff(est.allocated_bytes, alloc.allocated_peak if alloc else None),
+                "step": alloc.step if alloc else None,
+                "phase": alloc.peak_phase if alloc else None,
+                "predicted_phase": est.peak_phase,
+            },
+            "device_peak": {
+                **_diff(est.device_bytes, device.device_peak if device else None),
+                "step": device.step if device else None,
+                "phase": device.peak_phase if device else None,
+                "device_kind": est.runtime_kind,
+            },
+            "runtime": {c.name: c.bytes for c in est.components if c.kind == "runtime"},
+            "per_step": [s.to_json() for s in self.steps],
+            "warnings": list(self.warnings),
+            "notes": list(self.notes),
+            "problems": list(self.log.problems),
+        }
+
+
+@dataclass(frozen=True)
+class RunReport:
+    ranks: tuple[RankReport, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": 1, "ranks": [r.to_json() for r in self.ranks]}
+
+
+def target_of(log: RunLog) -> DeviceTarget | None:
+    """The device the run used, as a plan target (None when the log does not give its size)."""
+    total = log.device.get("total_bytes")
+    if not isinstance(total, int) or isinstance(total, bool) or total <= 0:
+        return None
+    name = str(log.device.get("name") or log.device_type)
+    if log.device_type == "cuda":
+        return DeviceTarget.gpu(name, total)
+    if log.device_type == "mps":
+        return DeviceTarget.unified(name, total)
+    return DeviceTarget.system(name, total)
+
+
+def rank_report(log: RunLog, calibrations: dict[str, Calibration] | None = None) -> RankReport:
+    """One log against its plan's estimate, the runtime part from this machine's calibration
+    of that GPU when there is one (``calibrations``), else the built-in figures for its
+    family and CUDA version."""
+    rebuilt = rebuild_plan(log)
+    kind = KINDS[log.device_type]
+    est = estimate(
+        rebuilt.plan, rebuilt.spec, kernels="cpu" if kind == "system" else "cuda", runtime=kind
+    )
+    notes = list(rebuilt.notes)
+    if kind == "gpu":
+        cal = calibration_for(log.gpu_name or "", calibrations or {})
+        figures = cal.figures if cal else built_in_figures(log.gpu_name, log.cuda)
+        est = recalibrated(est, figures)
+        notes.append(runtime_note(kind, figures))
+    else:
+        notes.append(runtime_note(kind))
+    steps = tuple(observe(s, log.device_type) for s in log.steps)
+    warnings: list[str] = []
+    low = [
+        s
+        for s in steps
+        if s.free_bytes is not None
+        and s.total_bytes
+        and s.free_bytes < LOW_FREE_FRACTION * s.total_bytes
+    ]
+    if low:
+        worst = min(low, key=lambda s: s.free_bytes or 0)
+        warnings.append(
+            f"low free memory: {fmt_bytes(worst.free_bytes or 0)} of "
+            f"{fmt_bytes(worst.total_bytes or 0)} free at step {worst.step} "
+            f"({len(low)} step{'s' if len(low) > 1 else ''} under {LOW_FREE_FRACTION:.0%})"
+        )
+    failed = [s for s in steps if s.error]
+    if failed:
+        warnings.append(f"step {failed[-1].step} raised {failed[-1].error}")
+    if kind == "gpu" and steps and all(s.context_bytes is None for s in steps):
+        notes.append(
+            "no NVML figure for the process: the observed device peak leaves out the context"
+        )
+    if kind == "system":
+        notes.append("CPU: no tensor count exists; the observed device peak is the process's RSS")
+    if not log.exact_peaks and kind != "system":
+        notes.append("peaks read at phase boundaries (this device counts none): a lower bound")
+    return RankReport(log, rebuilt, est, steps, tuple(notes), tuple(warnings))
+
+
+def build_run_report(
+    logs: Sequence[RunLog], calibrations: dict[str, Calibration] | None = None
+) -> RunReport:
+    """Every rank's log side by side, in rank order."""
+    return RunReport(
+        tuple(sorted((rank_report(log, calibrations) for log in logs), key=lambda r: r.log.rank))
+    )

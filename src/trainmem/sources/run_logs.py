@@ -1,0 +1,328 @@
+"""Reading the probe's run logs (the format: trainmem.core.run_log), whole or as they grow,
+and rebuilding the run's plan from its description.
+
+A log is read while the run appends to it: a last line without its newline is a record still
+being written (or cut by a crash) and is left for the next read, never an error. A line in
+the middle that is not a JSON object is skipped and named in ``problems``. What makes a log
+unusable (nothing at the path, no run record first, a newer format) is a ``RunLogError``
+whose ``str()`` is one line naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainmem.core.architecture import ModelSpec, spec_from_config
+from trainmem.core.errors import PlanError
+from trainmem.core.plan import PLAN_FIELDS, Plan
+from trainmem.core.run_log import END, FORMAT_VERSION, RUN, STEP
+from trainmem.sources import files
+
+CHUNK = 1 << 20
+MAX_LINE = 16 << 20  # a run record holds a config.json: kilobytes; a longer line is not ours
+MAX_PROBLEMS = 20  # bad lines named, then only counted
+
+
+class RunLogError(ValueError):
+    """A run log that cannot be used; ``str()`` is one line naming the file."""
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One optimizer step as the probe saw it (None: not available on that device)."""
+
+    step: int
+    duration_s: float | None
+    allocated_bytes: int | None  # at the step's end
+    reserved_bytes: int | None
+    max_allocated_bytes: int | None  # over the step
+    max_reserved_bytes: int | None
+    driver_bytes: int | None  # the process as the driver sees it, at the end
+    max_driver_bytes: int | None  # sampled devices only: the largest read in the step
+    free_bytes: int | None
+    total_bytes: int | None
+    phases: dict[str, dict[str, int]]
+    batch: int | None = None
+    seq_len: int | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_json(cls, rec: dict[str, Any], number: int) -> StepRecord:
+        phases = rec.get("phases")
+        clean: dict[str, dict[str, int]] = {}
+        if isinstance(phases, dict):
+            for name, figures in phases.items():
+                if isinstance(figures, dict):
+                    ints = {str(k): _int(v) for k, v in figures.items()}
+                    clean[str(name)] = {k: v for k, v in ints.items() if v is not None}
+        duration = rec.get("duration_s")
+        error = rec.get("error")
+        return cls(
+            step=_int(rec.get("step")) or number,
+            duration_s=float(duration) if isinstance(duration, (int, float)) else None,
+            allocated_bytes=_int(rec.get("allocated_bytes")),
+            reserved_bytes=_int(rec.get("reserved_bytes")),
+            max_allocated_bytes=_int(rec.get("max_allocated_bytes")),
+            max_reserved_bytes=_int(rec.get("max_reserved_bytes")),
+            driver_bytes=_int(rec.get("driver_bytes")),
+            max_driver_bytes=_int(rec.get("max_driver_bytes")),
+            free_bytes=_int(rec.get("free_bytes")),
+            total_bytes=_int(rec.get("total_bytes")),
+            phases=clean,
+            batch=_int(rec.get("batch")),
+            seq_len=_int(rec.get("seq_len")),
+            error=str(error) if error is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class RunLog:
+    """A log as read so far. ``run``: the run record as written; ``pending``: a last line
+    not yet complete (being written, or cut); ``ended``: the end record was read."""
+
+    path: Path
+    run: dict[str, Any]
+    steps: tuple[StepRecord, ...]
+    ended: bool = False
+    pending: bool = False
+    problems: tuple[str, ...] = ()
+
+    @property
+    def rank(self) -> int:
+        return _int(self.run.get("rank")) or 0
+
+    @property
+    def device(self) -> dict[str, Any]:
+        device = self.run.get("device")
+        return device if isinstance(device, dict) else {}
+
+    @property
+    def device_type(self) -> str:
+        kind = self.device.get("type")
+        return kind if kind in ("cuda", "mps", "cpu") else "cpu"
+
+    @property
+    def gpu_name(self) -> str | None:
+        name = self.device.get("name")
+        return str(name) if self.device_type == "cuda" and name else None
+
+    @property
+    def cuda(self) -> str | None:
+        cuda = self.device.get("cuda")
+        return str(cuda) if cuda else None
+
+    @property
+    def exact_peaks(self) -> bool:
+        return self.run.get("peaks") == "exact"
+
+
+class _Lines:
+    """Complete lines from a growing file, from a byte offset on; the incomplete tail is
+    kept for the next read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.tail = b""
+        self.number = 0  # lines handed out
+        self.restarted = False  # the last read() started again from byte 0
+
+    def read(self) -> list[tuple[int, bytes]]:
+        try:
+            with files.open_file(self.path, what="run log") as (f, size):
+                self.restarted = size < self.offset
+                if self.restarted:  # truncated or replaced: read again from the start
+                    self.offset, self.tail, self.number = 0, b"", 0
+                f.seek(self.offset)
+                out: list[tuple[int, bytes]] = []
+                while chunk := f.read(CHUNK):
+                    self.offset += len(chunk)
+                    *lines, self.tail = (self.tail + chunk).split(b"\n")
+                    for line in lines:
+                        self.number += 1
+                        out.append((self.number, line))
+                    if len(self.tail) > MAX_LINE:
+                        raise RunLogError(
+                            f"run log {files.show(self.path)}: line {self.number + 1} is over "
+                            f"{MAX_LINE:,} bytes: not a run log"
+                        )
+                return out
+        except files.MissingFileError:
+            raise RunLogError(
+                f"no such run log: {files.show(self.path)} (the probe writes it at the first "
+                "step: TrainmemCallback() or RunProbe(), with TRAINMEM_RUN_LOG or a path)"
+            ) from None
+        except files.FileReadError as exc:
+            raise RunLogError(str(exc)) from None
+
+
+class RunLogTail:
+    """A run log followed as it grows: ``poll()`` reads what was appended since the last call
+    and returns the log so far. For the dashboard's ``--run-log`` and tests."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = files.expand(path)
+        self._lines = _Lines(self.path)
+        self._forget()
+
+    def _forget(self) -> None:
+        self._run: dict[str, Any] | None = None
+        self._steps: list[StepRecord] = []
+        self._problems: list[str] = []
+        self._bad = 0
+        self._ended = False
+
+    def poll(self) -> RunLog:
+        """The log with every complete line read so far; RunLogError when it is missing or
+        unusable (a caller tailing a run that has not started may keep polling)."""
+        lines = self._lines.read()
+        if self._lines.restarted:  # a new run wrote over the log: what was read is gone
+            self._forget()
+        for number, line in lines:
+            self._take(number, line)
+        if self._run is None:
+            if self._lines.number == 0 and not self._lines.tail:
+                raise RunLogError(f"run log {files.show(self.path)} is empty (no step yet?)")
+            if self._lines.number == 0:  # the run record is still being written
+                raise RunLogError(f"run log {files.show(self.path)} has no complete line yet")
+            raise RunLogError(
+                f"run log {files.show(self.path)}: line 1 is not a run record "
+                "(not a trainmem probe log?)"
+            )
+        more = self._bad - len(self._problems)
+        problems = [*self._problems, *([f"and {more} more bad lines"] if more > 0 else [])]
+        return RunLog(
+            self.path,
+            self._run,
+            tuple(self._steps),
+            ended=self._ended,
+            pending=bool(self._lines.tail.strip()),
+            problems=tuple(problems),
+        )
+
+    def _take(self, number: int, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            rec = json.loads(line)
+        except (ValueError, RecursionError):
+            rec = None
+        if not isinstance(rec, dict):
+            if number == 1:
+                raise RunLogError(
+                    f"run log {files.show(self.path)}: line 1 is not a JSON object "
+                    "(not a trainmem probe log?)"
+                )
+            self._bad += 1
+            if len(self._problems) < MAX_PROBLEMS:
+                self._problems.append(f"line {number}: not a JSON object, skipped")
+            return
+        kind = rec.get("kind")
+        if self._run is None:
+            if kind != RUN:
+                return  # reported by poll(): line 1 must be the run record
+            version = rec.get("format")
+            if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+                raise RunLogError(
+                    f"run log {files.show(self.path)}: format {version!r} is not a format number"
+                )
+            if version > FORMAT_VERSION:
+                raise RunLogError(
+                    f"run log {files.show(self.path)} is in format {version}, written by a newer "
+                    f"trainmem; this one reads format {FORMAT_VERSION}"
+                )
+            self._run = rec
+        elif kind == STEP:
+            self._steps.append(StepRecord.from_json(rec, len(self._steps) + 1))
+        elif kind == END:
+            self._ended = True
+        # other kinds: from a newer probe, ignored (the format says so)
+
+
+def read_run_log(path: Path | str) -> RunLog:
+    """Every complete record of the log at ``path``."""
+    return RunLogTail(path).poll()
+
+
+@dataclass(frozen=True)
+class RebuiltPlan:
+    """The plan a run log describes, the model spec from its config, and what was assumed."""
+
+    plan: Plan
+    spec: ModelSpec
+    notes: tuple[str, ...] = field(default=())
+
+
+_KEYS = {s.key for s in PLAN_FIELDS}
+
+
+def rebuild_plan(log: RunLog) -> RebuiltPlan:
+    """The run's plan: the fields its description holds, the largest micro-batch the steps
+    saw where the shapes were observed, the model from its config; RunLogError when the log
+    does not say enough (one line)."""
+    where = f"run log {files.show(log.path)}"
+    raw = log.run.get("plan")
+    written = dict(raw) if isinstance(raw, dict) else {}
+    notes: list[str] = []
+    extra = sorted(k for k in written if k not in _KEYS)
+    if extra:
+        notes.append(f"plan keys not known to this trainmem, ignored: {', '.join(extra)}")
+    fields = {k: v for k, v in written.items() if k in _KEYS}
+    observed = log.run.get("observed")
+    if isinstance(observed, list):
+        shaped = [s for s in log.steps if s.batch and s.seq_len]
+        if shaped:
+            big = max(shaped, key=lambda s: (s.batch or 0) * (s.seq_len or 0))
+            for key, value in (("batch", big.batch), ("seq_len", big.seq_len)):
+                if key in observed:
+                    fields[key] = value
+            notes.append(
+                f"batch x seq_len {big.batch} x {big.seq_len}: the largest micro-batch the "
+                f"model saw (step {big.step})"
+            )
+    unknown = log.run.get("unknown")
+    defaults = [str(k) for k in unknown] if isinstance(unknown, list) else []
+    defaults += [k for k in ("batch", "seq_len") if k not in fields and k not in defaults]
+    if defaults:
+        notes.append(f"not in the log, the plan's defaults: {', '.join(defaults)}")
+    world = _int(log.run.get("world_size"))
+    if "gpus" not in fields and world and world > 1:  # data parallel: one rank per GPU
+        fields["gpus"] = world
+    spec = _spec(log, where)
+    fields["model"] = spec.name
+    total = _int(log.device.get("total_bytes"))
+    if total:
+        prefix = "unified:" if log.device_type == "mps" else ""
+        fields["device"] = f"{prefix}{total / 2**30:.2f}GiB"
+    try:
+        plan = Plan.from_dict(fields)
+    except PlanError as exc:
+        raise RunLogError(f"{where}: {exc}") from None
+    return RebuiltPlan(plan, spec, tuple(notes))
+
+
+def _spec(log: RunLog, where: str) -> ModelSpec:
+    model = log.run.get("model")
+    model = model if isinstance(model, dict) else {}
+    name = str(model.get("name") or "model from run log")
+    config = model.get("config")
+    if isinstance(config, dict):
+        try:
+            return spec_from_config(config, name, source="run log")
+        except PlanError as exc:
+            raise RunLogError(f"{where}: the model's config: {exc}") from None
+    if model.get("name"):
+        from trainmem.sources.resolve import resolve_model
+
+        try:
+            return resolve_model(name)
+        except PlanError as exc:
+            raise RunLogError(f"{where}: no model config, and {name!r}: {exc}") from None
+    raise RunLogError(f"{where}: the run record names no model (probe the model, or pass it)")

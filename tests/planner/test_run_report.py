@@ -1,0 +1,207 @@
+"""Predicted against observed, calibration measured from a log and applied to the runtime part
+only, and the built-in runtime figures by GPU family and CUDA version."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "probe"))
+from fake_run_logs import GiB, MiB, run_record, step_record, write_log
+
+from trainmem.core.calibration import Calibration, recalibrated
+from trainmem.core.estimator import estimate
+from trainmem.core.plan import Plan
+from trainmem.core.runtime import (
+    ALLOCATOR_RESERVE_FRACTION,
+    CUDA_CONTEXT_BYTES,
+    TYPICAL,
+    built_in_figures,
+    gpu_family,
+)
+from trainmem.core.target import DeviceTarget
+from trainmem.planner.calibration import (
+    CalibrationError,
+    calibrated_report,
+    calibration_for,
+    measure,
+)
+from trainmem.planner.report import build_report
+from trainmem.planner.run_report import build_run_report, rank_report
+from trainmem.sources.run_logs import read_run_log, rebuild_plan
+
+
+def _log(tmp_path: Path, steps: list[dict], name: str = "r.jsonl", **run: object):
+    return read_run_log(write_log(tmp_path / name, run_record(**run), steps))
+
+
+def test_observed_beside_predicted_in_bytes_and_percent(tmp_path: Path):
+    steps = [
+        step_record(1, allocated=90 * MiB),
+        step_record(2, allocated=100 * MiB, context=400 * MiB),
+    ]
+    report = rank_report(_log(tmp_path, steps))
+    est = report.estimate
+    doc = report.to_json()
+    alloc = doc["allocated"]
+    assert (
+        alloc["observed_bytes"] == 100 * MiB and alloc["step"] == 2 and alloc["phase"] == "backward"
+    )
+    assert alloc["difference_bytes"] == est.allocated_bytes - 100 * MiB
+    assert alloc["difference_pct"] == round(
+        100 * (est.allocated_bytes - 100 * MiB) / (100 * MiB), 2
+    )
+    device = doc["device_peak"]
+    # device peak = peak reserved + context (driver - reserved at the step's end)
+    assert device["observed_bytes"] == 120 * MiB + 500 * MiB and device["step"] == 1
+    assert device["predicted_bytes"] == est.device_bytes
+    assert [s["context_bytes"] for s in doc["per_step"]] == [500 * MiB, 400 * MiB]
+    assert doc["warnings"] == []
+
+
+def test_the_estimate_is_the_rebuilt_plans(tmp_path: Path):
+    log = _log(tmp_path, [step_record(1)], method="lora", seq_len=512)
+    rebuilt = rebuild_plan(log)
+    expected = estimate(rebuilt.plan, rebuilt.spec, runtime="gpu")
+    got = rank_report(log).estimate
+    assert got.allocated_bytes == expected.allocated_bytes
+    assert got.device_bytes == expected.device_bytes  # CUDA 12.8: the typical figures
+
+
+def test_low_free_memory_is_warned(tmp_path: Path):
+    steps = [step_record(1), step_record(2, free=2 * GiB), step_record(3, free=3 * GiB)]
+    (warning,) = rank_report(_log(tmp_path, steps)).warnings
+    assert warning.startswith(
+        "low free memory: 2.1 GB of 85.9 GB free at step 2 (2 steps under 5%)"
+    )
+
+
+def test_ranks_side_by_side_in_rank_order(tmp_path: Path):
+    logs = [
+        _log(
+            tmp_path,
+            [step_record(1, allocated=110 * MiB)],
+            name=f"r{rank}.jsonl",
+            rank=rank,
+            world=2,
+        )
+        for rank in (1, 0)
+    ]
+    doc = build_run_report(logs).to_json()
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+    assert {r["plan"]["gpus"] for r in doc["ranks"]} == {2}  # from the world size
+
+
+def test_cpu_and_mps_logs_use_the_driver_figure(tmp_path: Path):
+    cpu = {**step_record(1), "max_allocated_bytes": None, "max_driver_bytes": 700 * MiB}
+    report = rank_report(_log(tmp_path, [cpu], device="cpu"))
+    assert report.estimate.runtime_kind == "system"
+    assert report.device_peak is not None and report.device_peak.device_peak == 700 * MiB
+    assert report.allocated_peak is None
+
+
+# -- calibration ------------------------------------------------------------------------------
+def test_calibration_is_measured_from_the_steps_after_the_first(tmp_path: Path):
+    steps = [
+        step_record(1, allocated=100 * MiB, reserved=110 * MiB, context=300 * MiB),
+        step_record(2, allocated=100 * MiB, reserved=125 * MiB, context=520 * MiB),
+        step_record(3, allocated=80 * MiB, reserved=120 * MiB, context=510 * MiB),
+    ]
+    cal, via = measure(_log(tmp_path, steps))
+    assert via == "nvml" and cal.gpu == "NVIDIA H100 80GB HBM3"
+    assert cal.context_bytes == 520 * MiB  # the largest after step 1
+    assert cal.reserve_fraction == pytest.approx(125 / 100 - 1)
+    assert (cal.run, cal.steps, cal.cuda, cal.torch) == ("r.jsonl", 3, "12.8", "2.13.0")
+
+
+def test_without_nvml_the_devices_used_memory_stands_in(tmp_path: Path):
+    steps = [step_record(1, context=None, reserved=100 * MiB, free=80 * GiB - 700 * MiB)]
+    cal, via = measure(_log(tmp_path, steps))
+    assert via == "device free memory" and cal.context_bytes == 600 * MiB
+
+
+def test_a_cpu_log_cannot_calibrate(tmp_path: Path):
+    with pytest.raises(CalibrationError, match="from a cpu run: calibration is for CUDA"):
+        measure(_log(tmp_path, [step_record(1)], device="cpu"))
+
+
+def test_calibration_changes_only_the_runtime_part():
+    from trainmem.core.architecture import spec_from_count
+
+    est = estimate(Plan(model="1B").validated(), spec_from_count(1_000_000_000, "1B"))
+    cal = Calibration("NVIDIA H100 80GB HBM3", 300 * MiB, 0.2, "run.rank0.jsonl")
+    after = recalibrated(est, cal.figures)
+    assert after.allocated_bytes == est.allocated_bytes and after.phases == est.phases
+    tensors = [c for c in est.components if c.kind == "tensor"]
+    assert [c for c in after.components if c.kind == "tensor"] == tensors
+    assert after.component("CUDA context") == 300 * MiB
+    assert after.component("allocator reserve") == round(est.allocated_bytes * 0.2)
+    assert after.device_bytes == est.allocated_bytes + 300 * MiB + round(est.allocated_bytes * 0.2)
+    assert after.device_bytes_on("gpu") == after.device_bytes
+    assert any("calibrated from run.rank0.jsonl" in n for n in after.notes)
+    assert not any("not yet calibrated" in n for n in after.notes)
+
+
+def test_a_calibrated_report_judges_each_gpu_on_its_own_calibration():
+    plan = Plan(model="1B")
+    targets = [DeviceTarget.gpu("H100-80GB", 80 * GiB), DeviceTarget.gpu("RTX-4090", 24 * GiB)]
+    report = build_report(plan, targets=targets, solve=False)
+    cal = Calibration("NVIDIA H100 80GB HBM3", 0, 0.0, "r.jsonl")
+    after = calibrated_report(report, {cal.gpu: cal})
+    allocated = report.estimate.allocated_bytes
+    assert after.estimate.device_bytes == allocated  # the H100 (first) calibrated to no overhead
+    assert after.fit[0].headroom_bytes == 80 * GiB - allocated
+    assert after.fit[1] == report.fit[1]  # the 4090 was never calibrated
+    assert calibrated_report(report, {}) is report
+
+
+def test_calibrations_are_found_by_nvml_name_or_preset():
+    cal = Calibration("NVIDIA H100 80GB HBM3", 1, 0.1, "r")
+    known = {cal.gpu: cal}
+    assert calibration_for("NVIDIA H100 80GB HBM3", known) is cal
+    assert calibration_for("h100-80gb", known) is cal
+    assert calibration_for("NVIDIA A100-SXM4-80GB", known) is None
+
+
+def test_run_report_uses_a_calibration_of_its_gpu(tmp_path: Path):
+    log = _log(tmp_path, [step_record(1)])
+    cal = Calibration("NVIDIA H100 80GB HBM3", 10 * MiB, 0.5, "earlier.jsonl")
+    plain, calibrated = rank_report(log), rank_report(log, {cal.gpu: cal})
+    assert calibrated.estimate.allocated_bytes == plain.estimate.allocated_bytes
+    assert calibrated.estimate.component("CUDA context") == 10 * MiB
+    assert (
+        "runtime overhead (CUDA context, allocator reserve): calibrated from earlier.jsonl"
+        in calibrated.notes
+    )
+
+
+# -- built-in figures -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "family"),
+    [
+        ("NVIDIA H100 80GB HBM3", "hopper"),
+        ("NVIDIA GeForce RTX 4090", "ada"),
+        ("NVIDIA A100-SXM4-80GB", "ampere"),
+        ("NVIDIA GeForce RTX 3090", "ampere"),
+        ("Tesla T4", "turing"),
+        ("Tesla V100-SXM2-16GB", "volta"),
+        ("NVIDIA GeForce GTX 1080", "pascal"),
+        ("NVIDIA B200", "blackwell"),
+        ("Some Future GPU", None),
+    ],
+)
+def test_gpu_families(name: str, family: str | None):
+    assert gpu_family(name) == family
+
+
+def test_built_in_figures_by_cuda_version():
+    assert built_in_figures("NVIDIA H100 80GB HBM3", "12.8") is TYPICAL
+    assert built_in_figures("NVIDIA H100 80GB HBM3", None) is TYPICAL  # today's wheels: lazy
+    assert built_in_figures("NVIDIA GeForce RTX 3090", "11.1").context_bytes == 1687 * MiB
+    assert built_in_figures("NVIDIA GeForce GTX 1080", "10.1").context_bytes == 721 * MiB
+    assert built_in_figures("Tesla T4", "11.3").context_bytes == 1000 * MiB  # the ">1000MB" floor
+    assert built_in_figures("NVIDIA GeForce RTX 3090", "11.7") is TYPICAL
+    assert TYPICAL.context_bytes == CUDA_CONTEXT_BYTES == 600 * MiB
+    assert TYPICAL.reserve_fraction == ALLOCATOR_RESERVE_FRACTION == 0.08

@@ -1,0 +1,154 @@
+"""Reading run logs: whole, while being written, cut mid-line, missing, malformed; the plan
+rebuilt from the run's description."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "probe"))
+from fake_run_logs import CONFIG, run_record, step_record, write_log
+
+from trainmem.sources.run_logs import RunLogError, RunLogTail, read_run_log, rebuild_plan
+
+
+def test_a_whole_log(tmp_path: Path):
+    log = read_run_log(
+        write_log(tmp_path / "r.jsonl", run_record(), [step_record(1), step_record(2)])
+    )
+    assert [s.step for s in log.steps] == [1, 2] and log.ended and not log.pending
+    assert log.gpu_name == "NVIDIA H100 80GB HBM3" and log.cuda == "12.8" and log.exact_peaks
+    assert log.steps[0].phases["backward"]["max_allocated_bytes"] == 100 * 2**20
+
+
+def test_a_truncated_last_line_is_pending_not_an_error(tmp_path: Path):
+    path = write_log(tmp_path / "r.jsonl", run_record(), [step_record(1)], end=False)
+    with path.open("a") as f:
+        f.write(json.dumps(step_record(2))[:40])  # a crash mid-write
+    log = read_run_log(path)
+    assert [s.step for s in log.steps] == [1] and log.pending and not log.ended and not log.problems
+
+
+def test_a_missing_file_is_one_clear_line(tmp_path: Path):
+    with pytest.raises(RunLogError) as exc:
+        read_run_log(tmp_path / "none.jsonl")
+    assert str(exc.value).startswith("no such run log: ") and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "is empty"),
+        ('{"kind": "run", "form', "no complete line yet"),
+        ("not json\n", "line 1 is not a JSON object"),
+        ('{"kind": "step", "step": 1}\n', "line 1 is not a run record"),
+        ('{"format": 2, "kind": "run"}\n', "format 2, written by a newer trainmem"),
+        ('{"format": "1", "kind": "run"}\n', "is not a format number"),
+    ],
+)
+def test_unusable_logs_are_one_line(tmp_path: Path, text: str, says: str):
+    path = tmp_path / "r.jsonl"
+    path.write_text(text)
+    with pytest.raises(RunLogError, match=says):
+        read_run_log(path)
+
+
+def test_a_bad_line_in_the_middle_is_skipped_and_named(tmp_path: Path):
+    path = tmp_path / "r.jsonl"
+    lines = [
+        json.dumps(run_record()),
+        json.dumps(step_record(1)),
+        "{oops",
+        "[1]",
+        json.dumps(step_record(2)),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    log = read_run_log(path)
+    assert [s.step for s in log.steps] == [1, 2]
+    assert log.problems == (
+        "line 3: not a JSON object, skipped",
+        "line 4: not a JSON object, skipped",
+    )
+
+
+def test_a_directory_is_refused(tmp_path: Path):
+    with pytest.raises(RunLogError, match="is a directory"):
+        read_run_log(tmp_path)
+
+
+def test_tail_reads_only_what_was_appended_and_sees_a_replaced_file(tmp_path: Path):
+    path = write_log(tmp_path / "r.jsonl", run_record(), [step_record(1)], end=False)
+    tail = RunLogTail(path)
+    assert len(tail.poll().steps) == 1
+    with path.open("a") as f:
+        f.write(json.dumps(step_record(2)) + "\n" + json.dumps(step_record(3))[:10])
+    log = tail.poll()
+    assert [s.step for s in log.steps] == [1, 2] and log.pending
+    with path.open("a") as f:
+        f.write(json.dumps(step_record(3))[10:] + "\n")
+    assert [s.step for s in tail.poll().steps] == [1, 2, 3]
+    write_log(path, run_record(method="lora"), [], end=False)  # a new run, shorter file
+    log = tail.poll()
+    assert log.steps == () and log.run["plan"]["method"] == "lora"
+
+
+def test_a_log_written_while_it_is_read(tmp_path: Path):
+    """A writer appends records in small pieces (as a slow disk would) while a reader polls:
+    every poll sees only whole records, in order, and the last sees them all."""
+    path = tmp_path / "r.jsonl"
+    path.write_text("")
+    steps = 200
+    done = threading.Event()
+
+    def writer() -> None:
+        with path.open("a") as f:
+            for rec in [run_record(), *(step_record(i) for i in range(1, steps + 1))]:
+                line = json.dumps(rec) + "\n"
+                for i in range(0, len(line), 97):
+                    f.write(line[i : i + 97])
+                    f.flush()
+        done.set()
+
+    tail = RunLogTail(path)
+    seen: list[int] = []
+    thread = threading.Thread(target=writer)
+    thread.start()
+    polls = 0
+    while not done.is_set() or polls == 0:
+        try:
+            log = tail.poll()
+        except RunLogError:  # the run record is not complete yet
+            continue
+        polls += 1
+        numbers = [s.step for s in log.steps]
+        assert numbers == list(range(1, len(numbers) + 1))
+        assert len(numbers) >= len(seen)
+        seen = numbers
+    thread.join()
+    log = tail.poll()
+    assert [s.step for s in log.steps] == list(range(1, steps + 1)) and not log.pending
+
+
+def test_the_plan_is_rebuilt_from_the_description(tmp_path: Path):
+    run = run_record(method="lora", lora_rank=8, lora_targets="q,v", seq_len=256, future_key=1)
+    run["observed"] = ["batch"]
+    steps = [step_record(1), {**step_record(2), "batch": 4, "seq_len": 200}]
+    rebuilt = rebuild_plan(read_run_log(write_log(tmp_path / "r.jsonl", run, steps)))
+    plan = rebuilt.plan
+    assert (plan.method, plan.lora_rank, plan.lora_targets) == ("lora", 8, "q,v")
+    assert plan.batch == 4  # observed: the largest micro-batch
+    assert plan.seq_len == 256  # given: the description wins
+    assert plan.model == "tiny-llama" and plan.device == "80.00GiB"
+    assert rebuilt.spec.hidden == CONFIG["hidden_size"] and rebuilt.spec.source == "run log"
+    assert any("future_key" in n for n in rebuilt.notes)
+
+
+def test_a_plan_value_the_planner_refuses_is_one_line(tmp_path: Path):
+    path = write_log(tmp_path / "r.jsonl", run_record(method="dpo"), [step_record(1)])
+    with pytest.raises(RunLogError, match="method") as exc:
+        rebuild_plan(read_run_log(path))
+    assert "\n" not in str(exc.value)
