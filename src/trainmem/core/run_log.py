@@ -54,6 +54,8 @@ RUN, STEP, END = "run", "step", "end"
 PEAK_KINDS = ("exact", "sampled")
 DEVICE_TYPES = ("cuda", "mps", "cpu")
 TRAINER_PHASES = ("forward", "backward", "optimizer", "zero_grad")
+# The plan fields that move the estimate most: a reader names each one a log does not hold.
+DESCRIBED = ("method", "seq_len", "batch", "precision", "optimizer", "grad_ckpt", "stack")
 BYTE_FIELDS = (
     "allocated_bytes",
     "reserved_bytes",

@@ -14,6 +14,8 @@ import socket
 from importlib import metadata
 from typing import Any
 
+from trainmem.core.run_log import DESCRIBED
+
 # PEFT's target module names (Llama-style) to the plan's short names.
 _TARGETS = {
     "q_proj": "q",
@@ -35,7 +37,6 @@ _OPTIMIZERS = {
     "torch.optim.sgd.SGD": "sgd",
     "transformers.optimization.Adafactor": "adafactor",
 }
-PLAN_KEYS = ("method", "seq_len", "batch", "precision", "optimizer", "grad_ckpt")
 
 
 def versions() -> dict[str, str | None]:
@@ -176,4 +177,4 @@ def host() -> str:
 
 
 def unknown(plan: dict[str, Any]) -> list[str]:
-    return [k for k in PLAN_KEYS if plan.get(k) is None]
+    return [k for k in DESCRIBED if plan.get(k) is None]

@@ -18,7 +18,7 @@ from typing import Any
 from trainmem.core.architecture import ModelSpec, spec_from_config
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import PLAN_FIELDS, Plan
-from trainmem.core.run_log import END, FORMAT_VERSION, RUN, STEP
+from trainmem.core.run_log import DESCRIBED, END, FORMAT_VERSION, RUN, STEP
 from trainmem.sources import files
 
 CHUNK = 1 << 20
@@ -287,9 +287,7 @@ def rebuild_plan(log: RunLog) -> RebuiltPlan:
                 f"batch x seq_len {big.batch} x {big.seq_len}: the largest micro-batch the "
                 f"model saw (step {big.step})"
             )
-    unknown = log.run.get("unknown")
-    defaults = [str(k) for k in unknown] if isinstance(unknown, list) else []
-    defaults += [k for k in ("batch", "seq_len") if k not in fields and k not in defaults]
+    defaults = [k for k in DESCRIBED if k not in fields]
     if defaults:
         notes.append(f"not in the log, the plan's defaults: {', '.join(defaults)}")
     world = _int(log.run.get("world_size"))
