@@ -1,0 +1,348 @@
+"""Per-rank memory of FSDP training steps, measured on a CPU (issue 10).
+
+    .measure-venv/bin/python bench/measure/sharded.py --validate        # fake PG vs real gloo
+    .measure-venv/bin/python bench/measure/sharded.py --out bench/results/measure-cpu-sharded.json
+
+Every rank of a data-parallel run does the same work on its own micro-batch, so one process
+can stand for any rank: PyTorch's fake process group (torch.testing._internal.distributed.
+fake_pg, as torchtitan's memory estimation used it) answers every collective at once, and
+FakeTensorMode gives shapes without compute. ``--validate`` first runs the same small model
+for real with 2 (and 4) gloo processes and compares each rank's peak with the fake run's.
+
+Peaks come from the harness's StorageTracker (unique live storages, the quantity
+``torch.cuda.max_memory_allocated`` reports), extended here for storages FSDP frees and
+re-allocates with ``UntypedStorage.resize_`` (FSDP2 free_storage / alloc_storage,
+_fsdp_param.py:1066-1074; FSDP1 _free_storage, torch/distributed/utils.py:184-206), which no
+aten op shows. torch's FSDPMemTracker (torch/distributed/_tools/fsdp2_mem_tracker.py) patches
+the same method; its peak is recorded beside ours in the validation runs as a second opinion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+from tracker import StorageTracker
+
+from trainmem.core.plan import Plan
+
+WORLDS = (1, 2, 4, 8, 16, 32, 64)
+MODELS = ("SmolLM2-135M", "Qwen2.5-0.5B")  # llama and qwen2 (q/k/v biases), both tied
+
+
+class ResizeAwareTracker(StorageTracker):
+    """StorageTracker that also sees ``UntypedStorage.resize_`` (FSDP frees gathered
+    parameters by resizing their storage to 0 and re-allocates them the same way)."""
+
+    def _add(self, t: torch.Tensor, category: str, op: str) -> Any:
+        # A DTensor's own storage has its global size; what this rank holds is the local
+        # shard's (the optimizer's ops return DTensors).
+        return super()._add(_local(t), category, op)
+
+    def __enter__(self) -> ResizeAwareTracker:
+        orig = torch.UntypedStorage.resize_
+        tracker = self
+
+        def resize_(st: torch.UntypedStorage, size: int) -> Any:
+            out = orig(st, size)
+            e = tracker._live.get(id(st))
+            if e is not None:
+                delta = int(size) - e.nbytes
+                e.nbytes = int(size)
+                tracker.live_bytes += delta
+                tracker.by_category[e.category] += delta
+                tracker._check_peak("UntypedStorage.resize_")
+            return out
+
+        self._orig_resize = orig
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign,assignment]
+        super().__enter__()
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        super().__exit__(*args)
+        torch.UntypedStorage.resize_ = self._orig_resize  # type: ignore[method-assign]
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _register(tr: StorageTracker, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+    """What exists before the step, as local shards (a DTensor's own storage is empty)."""
+    params = list(model.parameters())
+    tr.register([_local(p) for p in params] + list(model.buffers()), "parameters")
+    states = [
+        _local(v) for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)
+    ]
+    tr.register(states, "optimizer")
+    for p in params:
+        if p.requires_grad:
+            tr._hooks.append(p.register_post_accumulate_grad_hook(tr._grad_hook))
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The units accelerate's TRANSFORMER_BASED_WRAP makes (_no_split_modules)."""
+    return [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+
+
+def wrap(model: torch.nn.Module, plan: Plan, mesh: Any) -> torch.nn.Module:
+    """FSDP per decoder layer, then the root, as accelerate's fsdp2_prepare_model does."""
+    if plan.fsdp_version == 2:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        reshard = plan.fsdp == "full-shard"
+        dtypes = {p.dtype for p in model.parameters()}
+        # a LoRA unit mixes the 16-bit base with fp32 adapters: FSDP2 all-gathers one dtype,
+        # so the adapters are gathered in bf16 and reduced in fp32 (accelerate sets this
+        # policy from mixed_precision)
+        mp = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if len(dtypes) > 1
+            else MixedPrecisionPolicy()
+        )
+        for layer in _decoder_layers(model):
+            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+        return model
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    kinds = {type(m) for m in _decoder_layers(model)}
+    strategy = {
+        "full-shard": ShardingStrategy.FULL_SHARD,
+        "shard-grad-op": ShardingStrategy.SHARD_GRAD_OP,
+    }[plan.fsdp]
+    return FullyShardedDataParallel(
+        model,
+        auto_wrap_policy=ModuleWrapPolicy(kinds),
+        sharding_strategy=strategy,
+        use_orig_params=True,
+        device_mesh=mesh,
+    )
+
+
+def sharded_plan(model: str, method: str, world: int, fsdp: str, version: int, gc_on: bool) -> Plan:
+    base = harness.measured_plan(method, "bf16", "adamw", 256, 1, gc_on)
+    return dataclasses.replace(
+        base, model=model, strategy="fsdp", gpus=world, fsdp=fsdp, fsdp_version=version
+    )
+
+
+def measure(entry: dict[str, Any], plan: Plan, fake: bool, rank: int = 0) -> dict[str, Any]:
+    """One warm-up step, then one tracked step, on this process's rank."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.manual_seed(rank)
+    mesh = init_device_mesh("cpu", (plan.world,))  # outside FakeTensorMode (it reads ranks)
+    ctx: Any = contextlib.nullcontext()
+    if fake:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        ctx = FakeTensorMode()
+    with ctx:
+        with harness._fake_safe_module_apply() if fake else contextlib.nullcontext():
+            model, _ = harness.build(entry, plan, "cpu")
+        model = wrap(model, plan, mesh)
+        opt = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=1e-5, fused=True
+        )
+        ids = torch.randint(0, int(entry["vocab_size"]), (plan.batch, plan.seq_len))
+        harness.train_step(model, opt, ids, plan, "cpu")
+        gc.collect()
+        tr = ResizeAwareTracker()
+        _register(tr, model, opt)
+        tr.register([ids], "other")
+        with tr:
+            harness.train_step(model, opt, ids, plan, "cpu", tr)
+        s = tr.summary()
+        out = {
+            "peak_allocated_bytes": s["peak_bytes"],
+            "peak_phase": s["peak_phase"],
+            "by_category_at_peak": s["by_category_at_peak"],
+            "start_bytes": s["start_bytes"],
+            "phase_peaks": s["phase_peaks"],
+            "execution": "fake" if fake else "real",
+            "tracker": "StorageTracker + UntypedStorage.resize_",
+        }
+        if plan.fsdp_version == 2 and os.environ.get("SHARDED_FSDP_MEM_TRACKER"):
+            from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+            fmt = FSDPMemTracker(model, opt)
+            fmt.track_inputs((ids,))
+            with fmt:
+                harness.train_step(model, opt, ids, plan, "cpu")
+            peak = fmt.get_tracker_snapshot("peak")
+            out["fsdp_mem_tracker_peak_bytes"] = max(v["Total"] for v in peak.values())
+        del model, opt, ids, tr
+    return out
+
+
+def _fake_run(entry: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.world)
+    try:
+        return measure(entry, plan, fake=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def _real_rank(
+    rank: int, world: int, entry: dict[str, Any], plan_d: dict[str, Any], path: str
+) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{path}.store", rank=rank, world_size=world)
+    try:
+        result = measure(entry, Plan(**plan_d), fake=False, rank=rank)
+    except Exception as e:  # recorded, not hidden
+        result = {"error": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()[-1500:]}
+    Path(f"{path}.{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+def real_run(entry: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
+    """``plan.world`` gloo processes on this CPU, each tracking its own peak."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/run"
+        mp.spawn(
+            _real_rank,
+            args=(plan.world, entry, plan.to_dict(), path),
+            nprocs=plan.world,
+            join=True,
+        )
+        return [json.loads(Path(f"{path}.{r}.json").read_text()) for r in range(plan.world)]
+
+
+def record(
+    entry: dict[str, Any], plan: Plan, measured: dict[str, Any], seconds: float
+) -> dict[str, Any]:
+    key = (
+        f"{plan.method}/fsdp{plan.fsdp_version}-{plan.fsdp}/w{plan.world}/"
+        f"s{plan.seq_len}/b{plan.batch}/{'gc' if plan.grad_ckpt else 'nogc'}"
+    )
+    return {
+        "id": f"{entry['name']}/{key}/{measured.get('execution', '')}",
+        "model": {
+            "name": entry["name"],
+            "hf_id": entry.get("hf_id"),
+            "config": harness.config_dict(entry),
+        },
+        "plan": plan.to_dict(),
+        "measured": measured,
+        "seconds": round(seconds, 3),
+    }
+
+
+def small(entry: dict[str, Any], layers: int) -> dict[str, Any]:
+    """The same architecture with fewer layers (a real run must fit this CPU's time)."""
+    return {**entry, "name": f"{entry['name']}-{layers}L", "num_hidden_layers": layers}
+
+
+def validate(models: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    os.environ["SHARDED_FSDP_MEM_TRACKER"] = "1"
+    out = []
+    entry = small(models["SmolLM2-135M"], 4)
+    for world in (2, 4):
+        for method in ("full", "lora"):
+            plan = sharded_plan(entry["name"], method, world, "full-shard", 2, True)
+            t0 = time.perf_counter()
+            ranks = real_run(entry, plan)
+            fake = _fake_run(entry, plan)
+            rec = record(entry, plan, fake, time.perf_counter() - t0)
+            rec["measured"]["real_ranks"] = ranks
+            out.append(rec)
+            peaks = [r.get("peak_allocated_bytes") for r in ranks]
+            print(
+                world,
+                method,
+                "real per rank",
+                peaks,
+                "fake",
+                fake["peak_allocated_bytes"],
+                "FSDPMemTracker fake",
+                fake.get("fsdp_mem_tracker_peak_bytes"),
+                flush=True,
+            )
+    return out
+
+
+def grid(models: dict[str, dict[str, Any]], quick: bool) -> list[tuple[dict[str, Any], Plan]]:
+    cases = []
+    worlds = (1, 8, 64) if quick else WORLDS
+    for name in MODELS:
+        for world in worlds:
+            for method in ("full", "lora"):
+                for gc_on in (True, False):
+                    for fsdp in ("full-shard", "shard-grad-op"):
+                        cases.append(
+                            (models[name], sharded_plan(name, method, world, fsdp, 2, gc_on))
+                        )
+    for world in (2, 8):  # FSDP1 where it runs
+        cases.append(
+            (
+                models["SmolLM2-135M"],
+                sharded_plan("SmolLM2-135M", "full", world, "full-shard", 1, True),
+            )
+        )
+    return cases
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--validate", action="store_true")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    models = harness.load_models()
+    records = validate(models) if args.validate else []
+    if not args.validate or args.out:
+        for entry, plan in grid(models, args.quick):
+            if args.only and args.only not in f"{entry['name']}/{plan.method}/w{plan.world}":
+                continue
+            t0 = time.perf_counter()
+            try:
+                measured = _fake_run(entry, plan)
+            except Exception as e:
+                measured = {"error": f"{type(e).__name__}: {e}"[:1500], "execution": "fake"}
+            rec = record(entry, plan, measured, time.perf_counter() - t0)
+            records.append(rec)
+            print(
+                rec["id"], measured.get("peak_allocated_bytes", measured.get("error")), flush=True
+            )
+    if args.out:
+        data = {
+            "machine": {**harness.machine("cpu"), "torch_threads": 1},
+            "versions": harness.versions(),
+            "command": "bench/measure/sharded.py " + " ".join(sys.argv[1:]),
+            "notes": "FSDP per rank on a CPU: fake process group + FakeTensorMode, one process "
+            "standing for any rank; validated against real gloo runs (records with real_ranks)",
+            "records": records,
+        }
+        args.out.write_text(json.dumps(data, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
