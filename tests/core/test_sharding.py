@@ -325,3 +325,58 @@ def test_old_plan_files_keep_their_meaning():
     old = Plan.from_dict({"model": "tiny", "gpus": 8, "zero": 2})
     assert (old.gpus, old.nodes, old.world, old.strategy) == (8, 1, 8, "zero")
     assert layout(old).shard == 8
+
+
+# --- what-if and the node's RAM ---------------------------------------------------------
+
+
+def test_fewest_gpus_is_the_smallest_count_that_fits():
+    from trainmem.core.whatif import SHARDINGS, fewest_gpus
+    from trainmem.sources.resolve import resolve_model
+
+    spec = resolve_model("Qwen/Qwen2.5-7B")
+    p = Plan(model="Qwen/Qwen2.5-7B", method="full", device="40GB").validated()
+    usable = 40 * 10**9
+    answers = fewest_gpus(p, spec, usable)
+    assert answers["ddp"] is None  # DDP replicates everything: more GPUs never help
+    for name, n in answers.items():
+        if n is None:
+            continue
+        sharded = replace(p, **SHARDINGS[name])
+        assert estimate(replace(sharded, gpus=n), spec).judged_bytes <= usable
+        assert n == 1 or estimate(replace(sharded, gpus=n - 1), spec).judged_bytes > usable
+    assert answers["zero-3"] is not None and answers["fsdp full-shard"] is not None
+    assert answers["zero-3 + params offload"] <= answers["zero-3"]
+
+
+def test_multi_gpu_advice_offers_stage_offload_and_more_gpus():
+    from trainmem.core.whatif import advice
+    from trainmem.sources.resolve import resolve_model
+
+    spec = resolve_model("Qwen/Qwen2.5-7B")
+    p = Plan(model="Qwen/Qwen2.5-7B", method="full", zero=1, gpus=2).validated()
+    usable = 40 * 10**9
+    actions = {a.action: a for a in advice(p, spec, usable)}
+    assert "raise the ZeRO stage to 2" in actions
+    assert "offload the optimizer to host RAM" in actions
+    more = [a for a in actions.values() if a.action.startswith("use ") and "GPUs" in a.action]
+    assert more and more[0].fits_after
+    for a in actions.values():  # each answer re-estimated
+        if a.action.startswith("pick a smaller model"):
+            continue
+        after = estimate(replace(p, **dict(a.changes)), spec).judged_bytes
+        assert a.fits_after == (after <= usable)
+
+
+def test_report_judges_the_node_ram():
+    from trainmem.core.target import DeviceTarget
+    from trainmem.planner.report import build_report
+
+    p = plan(method="full", zero=3, gpus=8, offload="params")
+    gpu = [DeviceTarget.gpu("80GB", 80 * 10**9)]
+    need = estimate(p, SPEC).host_bytes_per_node
+    short = build_report(p, SPEC, gpu, solve=False, node_ram_bytes=need - 1)
+    assert short.host_fit is not None and short.host_fit.verdict == "too big"
+    assert not short.fits_everywhere and all(f.fits for f in short.fit)
+    roomy = build_report(p, SPEC, gpu, solve=False, node_ram_bytes=10 * need)
+    assert roomy.fits_everywhere and roomy.to_json()["host"]["bytes_per_node"] == need

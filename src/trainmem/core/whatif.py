@@ -69,6 +69,80 @@ def largest_model(
     return best
 
 
+def _smallest(fits: Callable[[int], bool], low: int, high: int) -> int | None:
+    """Smallest n in [low, high] with fits(n), assuming fits is monotone (false then true)."""
+    if not fits(high):
+        return None
+    while low < high:
+        mid = (low + high) // 2
+        if fits(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+# Each strategy and stage the fewest-GPUs answer covers, as plan changes.
+SHARDINGS: dict[str, dict[str, object]] = {
+    "ddp": {"strategy": "ddp", "zero": 0, "offload": "none"},
+    "fsdp full-shard": {"strategy": "fsdp", "fsdp": "full-shard", "zero": 0, "offload": "none"},
+    "fsdp shard-grad-op": {
+        "strategy": "fsdp",
+        "fsdp": "shard-grad-op",
+        "zero": 0,
+        "offload": "none",
+    },
+    "zero-1": {"strategy": "zero", "zero": 1, "offload": "none"},
+    "zero-2": {"strategy": "zero", "zero": 2, "offload": "none"},
+    "zero-3": {"strategy": "zero", "zero": 3, "offload": "none"},
+    "zero-3 + optimizer offload": {"strategy": "zero", "zero": 3, "offload": "optimizer"},
+    "zero-3 + params offload": {"strategy": "zero", "zero": 3, "offload": "params"},
+}
+
+
+def fewest_gpus(
+    plan: Plan, spec: ModelSpec, usable: int, kind: TargetKind = "gpu", limit: int = 1024
+) -> dict[str, int | None]:
+    """For each strategy and stage, the fewest GPUs per node (on the plan's nodes) whose
+    per-GPU peak fits ``usable``; None when even ``limit`` do not. Per-GPU memory never grows
+    with more GPUs (tests/core/test_sharding.py), so a bisection finds it."""
+    out: dict[str, int | None] = {}
+    for name, changes in SHARDINGS.items():
+        sharded = replace(plan, **changes)  # type: ignore[arg-type]
+
+        def fits(n: int, p: Plan = sharded) -> bool:
+            return _fits(replace(p, gpus=n), spec, usable, kind)
+
+        out[name] = _smallest(fits, 1, limit)
+    return out
+
+
+def _sharding_options(
+    plan: Plan, spec: ModelSpec, usable: int, kind: TargetKind
+) -> list[tuple[str, dict[str, object], str | None]]:
+    """The multi-GPU remedies: a higher stage, offload, more GPUs."""
+    options: list[tuple[str, dict[str, object], str | None]] = []
+    host = "needs host RAM for the offloaded states: see the node's RAM fit"
+    if plan.strategy == "ddp":
+        options.append(("shard with FSDP (full-shard)", {"strategy": "fsdp"}, None))
+    if plan.strategy == "zero" and plan.zero < 3:
+        up = plan.zero + 1
+        options.append((f"raise the ZeRO stage to {up}", {"zero": up}, None))
+    if plan.strategy == "fsdp" and plan.fsdp in ("shard-grad-op", "no-shard", "hybrid-shard"):
+        options.append(("use FSDP full-shard", {"fsdp": "full-shard", "fsdp_version": 2}, None))
+    if plan.strategy == "zero" and plan.zero >= 1 and plan.offload == "none":
+        options.append(("offload the optimizer to host RAM", {"offload": "optimizer"}, host))
+    if plan.offload != "params" and (
+        plan.strategy == "fsdp" or (plan.strategy == "zero" and plan.zero == 3)
+    ):
+        options.append(("offload parameters to host RAM", {"offload": "params"}, host))
+    if plan.strategy != "ddp":
+        more = _smallest(lambda n: _fits(replace(plan, gpus=n), spec, usable, kind), 1, 1024)
+        if more is not None and more > plan.gpus:
+            options.append((f"use {more} GPUs per node", {"gpus": more}, None))
+    return options
+
+
 @dataclass(frozen=True)
 class Advice:
     action: str
@@ -142,6 +216,8 @@ def advice(
                 None,
             )
         )
+    if plan.world > 1 or plan.strategy != "ddp":
+        options += _sharding_options(plan, spec, usable, kind)
     result = []
     for action, changes, warning in options:
         after = _judged(replace(plan, **changes), spec, kind)  # type: ignore[arg-type]

@@ -73,6 +73,12 @@ class Report:
     fit: tuple[FitResult, ...]
     advice: tuple[Advice, ...] = ()
     what_if: WhatIf | None = None
+    host_fit: FitResult | None = None  # the node's RAM against host_bytes_per_node
+
+    @property
+    def fits_everywhere(self) -> bool:
+        """Each GPU, and the node's RAM where it is known."""
+        return all(f.fits for f in self.fit) and (self.host_fit is None or self.host_fit.fits)
 
     @property
     def download(self) -> Download:
@@ -137,6 +143,18 @@ class Report:
                 }
                 for a in self.advice
             ],
+            "host": {
+                "bytes_per_node": est.host_bytes_per_node,
+                "offloaded_bytes": est.host_offloaded_bytes,
+                "loading_bytes": est.host_loading_bytes,
+                "fit": None
+                if self.host_fit is None
+                else {
+                    "usable_bytes": self.host_fit.usable_bytes,
+                    "verdict": self.host_fit.verdict,
+                    "headroom_bytes": self.host_fit.headroom_bytes,
+                },
+            },
             "what_if": self.what_if.to_json() if self.what_if else {},
             "notes": list(est.notes),
         }
@@ -172,11 +190,13 @@ def build_report(
     targets: list[DeviceTarget] | None = None,
     *,
     solve: bool = True,
+    node_ram_bytes: int | None = None,
 ) -> Report:
     """Estimate ``plan`` and judge it on ``targets`` (default: its ``device`` field), each
     with its own kind's runtime overhead. The estimate shown is for the first device's kind.
 
-    Advice and what-if answers are for the first device.
+    Advice and what-if answers are for the first device. The node's host RAM is judged
+    against ``node_ram_bytes``, else a system-RAM target's size when one is given.
     """
     plan = plan.validated()
     spec = spec or resolve_model(plan.model)
@@ -185,8 +205,12 @@ def build_report(
     kind = targets[0].kind if targets else "gpu"
     est = estimate(plan, spec, runtime=kind)
     fits = tuple(judge_fit(est.judged_bytes_on(t.kind), t.name, t.usable_bytes) for t in targets)
+    ram = node_ram_bytes
+    if ram is None and any(t.kind == "gpu" for t in targets):  # RAM beside GPUs, not as one
+        ram = next((t.usable_bytes for t in targets if t.kind == "system"), None)
+    host = None if ram is None else judge_fit(est.host_bytes_per_node, "node RAM", ram)
     if not solve or not targets:
-        return Report(est, tuple(targets), fits)
+        return Report(est, tuple(targets), fits, host_fit=host)
     from trainmem.core import whatif  # the searches: only when solving, not per keystroke
 
     first = targets[0]
@@ -198,4 +222,4 @@ def build_report(
         largest_model=whatif.largest_model(plan, usable, models, kind),
     )
     advice = whatif.advice(plan, spec, usable, models, kind)
-    return Report(est, tuple(targets), fits, tuple(advice), answers)
+    return Report(est, tuple(targets), fits, tuple(advice), answers, host)
