@@ -42,8 +42,10 @@ def test_accelerate_launch_with_deepspeed_options():
 
 def test_torchrun_and_accelerate_config_file(tmp_path, monkeypatch):
     plan = read_configs([], ["torchrun --nproc_per_node=4 --nnodes 2 run_clm.py --block_size 512"])
-    assert (plan.values["gpus"], plan.values["seq_len"]) == (8, 512)
-    assert plan.unmodelled == ("--from-args --nnodes (several nodes: planned per GPU)",)
+    # gpus is per node; --nnodes is the plan's nodes
+    assert (plan.values["gpus"], plan.values["nodes"], plan.values["seq_len"]) == (4, 2, 512)
+    assert plan.origins["nodes"] == "--from-args --nnodes"
+    assert plan.unmodelled == ()
     write(tmp_path, "acc.yaml", "distributed_type: MULTI_GPU\nnum_processes: 2\n")
     monkeypatch.chdir(tmp_path)  # paths on a command line are the shell's
     plan = read_configs([], ["accelerate launch --config_file acc.yaml train.py --optim sgd"])

@@ -23,25 +23,41 @@ DS = """{
 def test_deepspeed_json(tmp_path):
     plan = read(tmp_path, "ds.json", DS)
     name = tmp_path / "ds.json"
-    assert plan.values == {"zero": 2, "offload": "optimizer"}  # "auto" batch: the Trainer's
+    assert plan.values == {  # "auto" batch: the Trainer's
+        "zero": 2,
+        "strategy": "zero",
+        "offload": "optimizer",
+        "reduce_bucket": -1,  # "auto": hidden_size², filled by the Trainer
+        "overlap_comm": True,
+    }
     assert plan.origins["zero"] == f"{name}:5 zero_optimization.stage"
-    assert plan.unmodelled == (
-        f"{name}:8 zero_optimization.reduce_bucket_size (auto = hidden_size² (transformers "
-        "integrations/deepspeed.py:232))",
-        f"{name}:9 zero_optimization.allgather_bucket_size",
-        f"{name}:7 zero_optimization.overlap_comm",
+    assert plan.origins["reduce_bucket"] == f"{name}:8 zero_optimization.reduce_bucket_size"
+    assert plan.unmodelled == (f"{name}:9 zero_optimization.allgather_bucket_size",)
+
+
+def test_deepspeed_stage3_sizes(tmp_path):
+    plan = read(
+        tmp_path,
+        "z3.json",
+        '{"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 5e7,'
+        ' "stage3_max_live_parameters": 1e9, "stage3_param_persistence_threshold": "auto"}}',
     )
+    assert plan.values["prefetch_bucket"] == 50_000_000
+    assert plan.values["max_live_params"] == 1_000_000_000
+    assert plan.values["persistence_threshold"] == -1
+    with pytest.raises(PlanError, match="not a size"):
+        read(tmp_path, "bad.json", '{"zero_optimization": {"reduce_bucket_size": "big"}}')
 
 
 def test_deepspeed_defaults_and_literal_batch(tmp_path):
     plan = read(
         tmp_path, "d.json", '{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {}}'
     )
-    assert plan.values == {"zero": 0, "offload": "none", "batch": 4}
+    assert plan.values == {"zero": 0, "strategy": "zero", "offload": "none", "batch": 4}
     assert plan.origins["zero"] == "DeepSpeed edaa722 default (deepspeed/runtime/zero/config.py:95)"
 
 
-def test_zero3_parameter_offload_and_stage_1_bucket_note(tmp_path):
+def test_zero3_parameter_offload(tmp_path):
     plan = read(
         tmp_path,
         "z.json",
@@ -50,8 +66,6 @@ def test_zero3_parameter_offload_and_stage_1_bucket_note(tmp_path):
     )
     assert plan.values["offload"] == "params"
     assert plan.unmodelled[0].endswith("(NVMe offload: planned as CPU offload)")
-    plan = read(tmp_path, "z1.json", '{"zero_optimization": {"stage": 1}}')
-    assert "reduce_bucket_size 5e8" in plan.notes[0]
 
 
 def test_accelerate_deepspeed_plugin(tmp_path):
@@ -70,30 +84,48 @@ def test_accelerate_deepspeed_plugin(tmp_path):
         """,
     )
     assert plan.values == {
-        "gpus": 16,
+        "gpus": 8,  # num_processes counts both machines
+        "nodes": 2,
         "precision": "bf16-mixed",
+        "strategy": "zero",
         "zero": 2,
         "offload": "optimizer",
     }
     assert plan.origins["zero"] == (
         "accelerate 1.15.0 default (accelerate/utils/dataclasses.py:1238)"
     )
-    assert plan.unmodelled == (
-        f"{tmp_path / 'acc.yaml'}:7 num_machines (several nodes: planned per GPU)",
-    )
+    assert plan.unmodelled == ()
 
 
-def test_accelerate_fsdp_is_named_and_its_deepspeed_file_is_relative(tmp_path):
+def test_accelerate_fsdp_plugin_and_its_deepspeed_file_is_relative(tmp_path):
     plan = read(
         tmp_path,
         "fsdp.yaml",
-        "distributed_type: FSDP\nnum_processes: 8\nfsdp_config:\n  fsdp_offload_params: true\n",
+        "distributed_type: FSDP\nnum_processes: 8\nfsdp_config:\n  fsdp_offload_params: true\n"
+        "  fsdp_cpu_ram_efficient_loading: true\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n",
     )
-    assert plan.values == {"gpus": 8}
-    assert [u.split(" ", 1)[1] for u in plan.unmodelled] == [
-        "distributed_type (FSDP sharding is not modelled (issue 10))",
-        "fsdp_config.fsdp_offload_params",
-    ]
+    assert plan.values == {
+        "gpus": 8,
+        "strategy": "fsdp",
+        "fsdp_version": 1,  # accelerate's default
+        "fsdp": "full-shard",
+        "offload": "params",
+        "ram_efficient_loading": True,
+    }
+    assert [u.split(" ", 1)[1] for u in plan.unmodelled] == ["fsdp_config.fsdp_auto_wrap_policy"]
+    v2 = read(
+        tmp_path,
+        "v2.yaml",
+        "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
+        "  fsdp_reshard_after_forward: false\n",
+    )
+    assert (v2.values["fsdp_version"], v2.values["fsdp"]) == (2, "shard-grad-op")
+    v1 = read(
+        tmp_path,
+        "v1.yaml",
+        "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\n",
+    )
+    assert v1.values["fsdp"] == "hybrid-shard"
     (tmp_path / "c").mkdir()
     write(tmp_path / "c", "ds.json", '{"zero_optimization": {"stage": 3}}')
     path = write(

@@ -1,7 +1,8 @@
 """accelerate config YAML (`accelerate config`, accelerate 1.15.0
 commands/config/config_args.py; plugin defaults in utils/dataclasses.py): processes,
-machines, mixed precision and the DeepSpeed plugin map to plan fields; FSDP is named as
-not modelled (issue 10)."""
+machines, mixed precision, the DeepSpeed plugin and the FSDP plugin (version, sharding
+strategy or reshard_after_forward, parameter offload, cpu_ram_efficient_loading) map to plan
+fields."""
 
 from __future__ import annotations
 
@@ -9,15 +10,19 @@ from trainmem.sources.configs.common import ConfigPlan, Doc, ReadFile, Reading, 
 
 FRAMEWORK = "accelerate 1.15.0"
 _PRECISION = {"bf16": "bf16-mixed", "fp16": "fp16-mixed"}  # autocast over fp32 weights
-_FSDP_KEYS = (
-    "fsdp_version",
-    "fsdp_sharding_strategy",
-    "fsdp_reshard_after_forward",
-    "fsdp_offload_params",
-    "fsdp_activation_checkpointing",
-    "fsdp_cpu_ram_efficient_loading",
-    "fsdp_auto_wrap_policy",
-)
+# FSDP1 sharding strategies by name or number (torch/distributed/fsdp/api.py ShardingStrategy,
+# accelerate/utils/constants.py FSDP_SHARDING_STRATEGY)
+_SHARDING = {
+    "FULL_SHARD": "full-shard",
+    "1": "full-shard",
+    "SHARD_GRAD_OP": "shard-grad-op",
+    "2": "shard-grad-op",
+    "NO_SHARD": "no-shard",
+    "3": "no-shard",
+    "HYBRID_SHARD": "hybrid-shard",
+    "4": "hybrid-shard",
+}
+_FSDP_UNMODELLED = ("fsdp_activation_checkpointing", "fsdp_auto_wrap_policy")
 
 
 def looks_like(doc: Doc) -> int:
@@ -29,21 +34,25 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
     r = Reading(doc, FRAMEWORK, kind="launcher")
     kind = (doc.text("distributed_type") or "NO").upper()
     processes = doc.integer("num_processes")
+    machines = doc.integer("num_machines") or 1
+    if machines < 1:
+        raise doc.error("num_machines", f"{machines} is not a number of machines")
     if processes is not None and processes >= 1 and kind != "NO":
-        r.set("gpus", processes, "num_processes")  # all processes, over every machine
-    machines = doc.integer("num_machines")
-    if machines is not None and machines > 1:
-        r.unmodelled_key("num_machines", "several nodes: planned per GPU")
+        # num_processes counts every machine's processes; gpus is per node
+        if processes % machines:
+            raise doc.error(
+                "num_processes", f"{processes} does not divide over {machines} machines"
+            )
+        r.set("gpus", processes // machines, "num_processes")
+    if machines > 1:
+        r.set("nodes", machines, "num_machines")
     precision = (doc.text("mixed_precision") or "no").lower()
     if precision in _PRECISION:
         r.set("precision", _PRECISION[precision], "mixed_precision")
     elif precision not in ("no", "none"):
         r.unmodelled_key("mixed_precision", f"{precision} is not modelled")
     if kind == "FSDP":
-        r.unmodelled_key("distributed_type", "FSDP sharding is not modelled (issue 10)")
-        for key in _FSDP_KEYS:
-            if doc.has(f"fsdp_config.{key}"):
-                r.unmodelled_key(f"fsdp_config.{key}")
+        _fsdp(r)
     elif kind == "DEEPSPEED":
         _deepspeed(r, read_file)
     elif kind not in ("NO", "MULTI_GPU", "MULTI_CPU"):
@@ -51,8 +60,46 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
     return r.result()
 
 
+def _fsdp(r: Reading) -> None:
+    doc, prefix = r.doc, "fsdp_config"
+    r.set("strategy", "fsdp", "distributed_type")
+    version = doc.integer(f"{prefix}.fsdp_version")
+    if version is None:  # env FSDP_VERSION, else 1
+        r.default("fsdp_version", 1, "accelerate/utils/dataclasses.py:1831")
+        version = 1
+    elif version not in (1, 2):
+        raise doc.error(f"{prefix}.fsdp_version", f"{version} is not 1 or 2")
+    else:
+        r.set("fsdp_version", version, f"{prefix}.fsdp_version")
+    # FSDP2 takes reshard_after_forward (True: full shard); FSDP1 a strategy name in the same
+    # key or in fsdp_sharding_strategy (accelerate/utils/dataclasses.py:1598, 1859)
+    for key in (f"{prefix}.fsdp_reshard_after_forward", f"{prefix}.fsdp_sharding_strategy"):
+        value = doc.lookup(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or str(value).lower() in ("true", "false"):
+            full = value is True or str(value).lower() == "true"
+            r.set("fsdp", "full-shard" if full else "shard-grad-op", key)
+        elif str(value).upper() in _SHARDING:
+            r.set("fsdp", _SHARDING[str(value).upper()], key)
+        else:
+            raise doc.error(key, f"{value!r} is not a sharding strategy")
+        break
+    else:
+        r.default("fsdp", "full-shard", "accelerate/utils/dataclasses.py:1859")
+    if doc.flag(f"{prefix}.fsdp_offload_params"):
+        r.set("offload", "params", f"{prefix}.fsdp_offload_params")
+    efficient = doc.flag(f"{prefix}.fsdp_cpu_ram_efficient_loading")
+    if efficient is not None:
+        r.set("ram_efficient_loading", efficient, f"{prefix}.fsdp_cpu_ram_efficient_loading")
+    for key in _FSDP_UNMODELLED:
+        if doc.has(f"{prefix}.{key}"):
+            r.unmodelled_key(f"{prefix}.{key}")
+
+
 def _deepspeed(r: Reading, read_file: ReadFile) -> None:
     doc, prefix = r.doc, "deepspeed_config"
+    r.set("strategy", "zero", "distributed_type")
     file_key = f"{prefix}.deepspeed_config_file"
     text = doc.text(file_key)
     if text and text.lower() != "none":

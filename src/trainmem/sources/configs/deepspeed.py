@@ -1,7 +1,8 @@
 """DeepSpeed JSON (deepspeedai/DeepSpeed edaa722, deepspeed/runtime/zero/config.py and
 offload_config.py), as the Hugging Face Trainer fills it (transformers 5.24
-integrations/deepspeed.py): the ZeRO stage and offload map to plan fields; buckets and
-stage-3 limits change memory but are not modelled, and are named."""
+integrations/deepspeed.py): the ZeRO stage, offload, the reduce and prefetch buckets,
+overlap_comm and the stage-3 limits map to plan fields ("auto" to -1: the Trainer sizes them
+from hidden_size); the rest is named as not modelled."""
 
 from __future__ import annotations
 
@@ -9,22 +10,21 @@ from trainmem.sources.configs.common import ConfigPlan, Doc, Reading
 
 FRAMEWORK = "DeepSpeed edaa722"
 ZERO = "zero_optimization"
-# What the Trainer puts in place of "auto" (integrations/deepspeed.py), for the notes.
-_AUTO = {
-    "reduce_bucket_size": "hidden_size² (transformers integrations/deepspeed.py:232)",
-    "stage3_prefetch_bucket_size": "0.9·hidden_size² (integrations/deepspeed.py:235-237)",
-    "stage3_param_persistence_threshold": "10·hidden_size (integrations/deepspeed.py:239-241)",
+# zero_optimization keys that are plan fields (the config's aliases, zero/config.py:215-238);
+# "auto" is the Trainer's (integrations/deepspeed.py:232-241) and becomes -1.
+_SIZES = {
+    "reduce_bucket_size": "reduce_bucket",
+    "stage3_prefetch_bucket_size": "prefetch_bucket",
+    "prefetch_bucket_size": "prefetch_bucket",
+    "stage3_param_persistence_threshold": "persistence_threshold",
+    "param_persistence_threshold": "persistence_threshold",
+    "stage3_max_live_parameters": "max_live_params",
+    "max_live_parameters": "max_live_params",
 }
-# Keys that size buffers or limits on the GPU; none is a plan field yet (issue 10).
+_NO_AUTO = ("max_live_params",)  # the Trainer fills no "auto" for it
+# Keys that size buffers or limits on the GPU and are not modelled.
 _UNMODELLED = (
-    "reduce_bucket_size",
     "allgather_bucket_size",
-    "overlap_comm",
-    "stage3_prefetch_bucket_size",
-    "prefetch_bucket_size",
-    "stage3_param_persistence_threshold",
-    "param_persistence_threshold",
-    "stage3_max_live_parameters",
     "stage3_max_reuse_distance",
     "sub_group_size",
     "zero_hpz_partition_size",
@@ -61,21 +61,31 @@ def read(doc: Doc) -> ConfigPlan:
         r.set(
             "batch", doc.integer("train_micro_batch_size_per_gpu"), "train_micro_batch_size_per_gpu"
         )
+    r.set("strategy", "zero", f"{ZERO}.stage" if stage is not None else ZERO)
+    _sizes(r)
+    overlap = doc.lookup(f"{ZERO}.overlap_comm")
+    if overlap is not None and overlap != "auto":
+        r.set("overlap_comm", bool(doc.flag(f"{ZERO}.overlap_comm")), f"{ZERO}.overlap_comm")
     for key in (f"{ZERO}.{k}" for k in _UNMODELLED):
+        if doc.lookup(key) is not None:
+            r.unmodelled_key(key)
+    r.unmodelled_present({"activation_checkpointing": "DeepSpeed's own checkpointing"})
+    return r.result()
+
+
+def _sizes(r: Reading) -> None:
+    doc = r.doc
+    for short, field in _SIZES.items():
+        key = f"{ZERO}.{short}"
         value = doc.lookup(key)
         if value is None:
             continue
-        short = key.split(".")[-1]
-        why = f"auto = {_AUTO[short]}" if value == "auto" and short in _AUTO else ""
-        r.unmodelled_key(key, why)
-    if stage in (1, 2) and not doc.has(f"{ZERO}.reduce_bucket_size"):
-        r.notes.append(
-            f"{doc.name}: DeepSpeed's default gradient buckets (reduce_bucket_size 5e8 "
-            "elements, deepspeed/runtime/zero/config.py:113; a second one with overlap_comm) "
-            "are not in the estimate"
-        )
-    r.unmodelled_present({"activation_checkpointing": "DeepSpeed's own checkpointing"})
-    return r.result()
+        if value == "auto" and field not in _NO_AUTO:
+            r.set(field, -1, key)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            r.set(field, int(value), key)  # JSON often writes 5e8
+        else:
+            raise doc.error(key, f'{value!r} is not a size in elements or "auto"')
 
 
 def _offload(r: Reading) -> None:

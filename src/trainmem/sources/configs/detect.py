@@ -135,9 +135,9 @@ def _launcher_plan(cmd: command_line.Command, cwd: Path | None) -> ConfigPlan | 
     per_node = r.doc.integer(per_node_key)
     nodes = r.doc.integer(nodes_key) or 1
     if per_node is not None:
-        r.set("gpus", per_node * nodes, per_node_key)
+        r.set("gpus", per_node, per_node_key)  # gpus is per node
     if nodes > 1:
-        r.unmodelled_key(nodes_key, "several nodes: planned per GPU")
+        r.set("nodes", nodes, nodes_key)
     return r.result()
 
 
