@@ -310,7 +310,8 @@ def loss_backward(s: Step) -> dict[str, int]:
     loop's ``out.logits``)."""
     activations = s.saved_after_forward + _cache_held(s, 0)
     logits = s.loss_backward + s.kept_output
-    return s.alive(activations, logits, s.early_head_grad + s.buckets, 0, s.gathered.forward)
+    grads = s.early_head_grad + s.buckets
+    return s.alive(activations, logits, grads, 0, s.gathered.loss_backward)
 
 
 def backward_last_layer(s: Step) -> dict[str, int]:

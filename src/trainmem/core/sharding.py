@@ -147,6 +147,7 @@ class Gathered:
     gradient communication buffers (bytes)."""
 
     forward: int
+    loss_backward: int
     backward_last: int
     backward_first: int
     embedding: int
@@ -155,7 +156,7 @@ class Gathered:
     step: int  # gathered during the optimizer step
 
 
-NONE = Gathered(0, 0, 0, 0, 0, 0, 0)
+NONE = Gathered(0, 0, 0, 0, 0, 0, 0, 0)
 
 
 def gathered(
@@ -169,6 +170,11 @@ def gathered(
     u = units(spec, plan)
     per_elem = weight_bytes / max(1, spec.params)  # quantized bases are < 1 byte each
     unit, root = round(u.layer * per_elem), round(u.root * per_elem)
+    if plan.trains_adapter:
+        # A LoRA unit mixes the 16-bit base with fp32 adapters; FSDP2 all-gathers one dtype
+        # per unit, so the adapters are gathered in the base's (MixedPrecisionPolicy
+        # param_dtype, as bench/measure/sharded.py runs it)
+        unit += trainable_layer * min(dt.trainable, 2 if dt.weight == 2 else dt.trainable)
     grad_unit = trainable_layer * dt.trainable
     if lay.strategy == "fsdp":
         return fsdp_gathered(plan, spec, unit, root, grad_unit)
@@ -188,13 +194,15 @@ def fsdp_gathered(plan: Plan, spec: ModelSpec, unit: int, root: int, grad_unit: 
     layers = spec.layers
     lay = layout(plan)
     if lay.reshard_after_forward:
-        forward, last = root, root + 2 * unit
+        # the root's pre-backward prefetches the last layer before the loss's backward runs
+        forward, loss, last = root, root + unit, root + 2 * unit
     else:
-        forward = last = root + layers * unit
+        forward = loss = last = root + layers * unit
     # FSDP1 reduce-scatters a padded flat gradient into a new sharded one
     # (_runtime_utils.py _reduce_grad); FSDP2 the same per unit: one unit's buffer either way.
     return Gathered(
         forward=forward,
+        loss_backward=loss,
         backward_last=last,
         backward_first=root + unit,
         embedding=root,
@@ -220,6 +228,7 @@ def zero3_gathered(
     persistent = round(u.persistent * per_elem)
     return Gathered(
         forward=live,
+        loss_backward=live,
         backward_last=live,
         backward_first=live,
         embedding=live,
