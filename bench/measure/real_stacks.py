@@ -31,11 +31,9 @@ padding.  Models are built from /work/shared/reference/models.json with random w
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import functools
 import gc
-import inspect
 import json
 import os
 import shutil
@@ -52,8 +50,8 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402  (also sets the HF offline / quiet environment)
-from harness import (  # noqa: E402
+import harness
+from harness import (
     _from_config,
     _qlora_base,
     build_config,
@@ -64,9 +62,9 @@ from harness import (  # noqa: E402
     machine,
     measured_plan,
 )
-from tracker import StorageTracker  # noqa: E402
+from tracker import StorageTracker
 
-from trainmem.core.plan import Plan as TrainmemPlan  # noqa: E402
+from trainmem.core.plan import Plan as TrainmemPlan
 
 REPO = Path(__file__).resolve().parents[2]
 PLAN_FIELDS = {f.name for f in dataclasses.fields(TrainmemPlan)}
@@ -123,11 +121,24 @@ def cases() -> list[RealCase]:
     tr = functools.partial(_plan, stack="trainer", loss="standard")
     # 1. the real transformers Trainer
     out += [
-        RealCase(S, "trainer", tr(precision="bf16", seq_len=256, batch=2), note="bf16 model, bf16=False"),
-        RealCase(S, "trainer", tr(precision="bf16-mixed", seq_len=256, batch=1), note="fp32 model, bf16=True"),
-        RealCase(S, "trainer", tr(method="lora", precision="bf16", base_dtype="16-bit", seq_len=256, batch=2)),
         RealCase(
-            S, "trainer", tr(method="lora", precision="bf16-mixed", base_dtype="16-bit", seq_len=256, batch=2)
+            S, "trainer", tr(precision="bf16", seq_len=256, batch=2), note="bf16 model, bf16=False"
+        ),
+        RealCase(
+            S,
+            "trainer",
+            tr(precision="bf16-mixed", seq_len=256, batch=1),
+            note="fp32 model, bf16=True",
+        ),
+        RealCase(
+            S,
+            "trainer",
+            tr(method="lora", precision="bf16", base_dtype="16-bit", seq_len=256, batch=2),
+        ),
+        RealCase(
+            S,
+            "trainer",
+            tr(method="lora", precision="bf16-mixed", base_dtype="16-bit", seq_len=256, batch=2),
         ),
         RealCase(
             S,
@@ -138,7 +149,13 @@ def cases() -> list[RealCase]:
         RealCase(
             S,
             "trainer",
-            tr(method="lora", precision="bf16", base_dtype="16-bit", modules_to_save="lm_head", seq_len=256),
+            tr(
+                method="lora",
+                precision="bf16",
+                base_dtype="16-bit",
+                modules_to_save="lm_head",
+                seq_len=256,
+            ),
         ),
         RealCase(
             S,
@@ -160,24 +177,38 @@ def cases() -> list[RealCase]:
         RealCase(
             S,
             "trainer",
-            tr(method="lora", precision="bf16-mixed", base_dtype="16-bit", grad_ckpt=True, seq_len=512),
+            tr(
+                method="lora",
+                precision="bf16-mixed",
+                base_dtype="16-bit",
+                grad_ckpt=True,
+                seq_len=512,
+            ),
             note="activation_checkpointing=True (Trainer default kwargs)",
         ),
     ]
     # 2. TRL's SFTTrainer with its defaults: model by path (fp32 load), bf16=True, fused/chunked
     # head (loss_type "nll"), gradient_checkpointing=True
-    trl = functools.partial(_plan, stack="trl", loss="chunked", precision="bf16-mixed", grad_ckpt=True)
+    trl = functools.partial(
+        _plan, stack="trl", loss="chunked", precision="bf16-mixed", grad_ckpt=True
+    )
     out += [
         RealCase(S, "trl", trl(seq_len=256, batch=1), source="path"),
-        RealCase(S, "trl", trl(method="lora", base_dtype="fp32", seq_len=256, batch=2), source="path"),
         RealCase(
-            S, "trl", trl(method="lora", base_dtype="fp32", grad_ckpt=False, seq_len=256, batch=2), source="path"
+            S, "trl", trl(method="lora", base_dtype="fp32", seq_len=256, batch=2), source="path"
+        ),
+        RealCase(
+            S,
+            "trl",
+            trl(method="lora", base_dtype="fp32", grad_ckpt=False, seq_len=256, batch=2),
+            source="path",
         ),
         RealCase(
             S,
             "trl",
             trl(method="qlora", seq_len=256, batch=2),
-            note="model object loaded with BitsAndBytesConfig(nf4, double quant, bf16 compute), dtype bf16",
+            note="model object loaded with BitsAndBytesConfig(nf4, double quant, bf16 compute), "
+            "dtype bf16",
         ),
         RealCase(
             S,
@@ -231,7 +262,12 @@ def cases() -> list[RealCase]:
             )
     # 5. other quantized bases (LoRA on int8 / fp4), the real Trainer
     out += [
-        RealCase(S, "trainer", tr(method="qlora", quant="int8", seq_len=256, batch=1), note="load_in_8bit"),
+        RealCase(
+            S,
+            "trainer",
+            tr(method="qlora", quant="int8", seq_len=256, batch=1),
+            note="load_in_8bit",
+        ),
         RealCase(S, "trainer", tr(method="qlora", quant="fp4", seq_len=256, batch=1)),
     ]
     # 6. LLM.int8 under non-reentrant checkpointing (bitsandbytes keeps each 8-bit linear's
@@ -253,6 +289,8 @@ def cases() -> list[RealCase]:
     # 7. bitsandbytes' other optimizer layouts through the Trainer's optim names
     out += [
         RealCase(S, "trainer", tr(precision="bf16", optimizer=name, seq_len=256, batch=1))
+        # (torchao's AdamW4bit cannot run under the tracker: its torch.compile'd step refuses
+        # a dispatch mode, so its layout stays derived from source)
         for name in ("lion", "lion-8bit", "paged-adamw-32bit")
     ]
     # 8. eager attention where a layer's backward outweighs the loss (9 heads, 8192 tokens:
@@ -261,8 +299,15 @@ def cases() -> list[RealCase]:
         RealCase(
             S,
             "trainer",
-            tr(method="lora", precision="bf16", base_dtype="16-bit", attn="eager", grad_ckpt=True,
-               seq_len=8192, batch=1),
+            tr(
+                method="lora",
+                precision="bf16",
+                base_dtype="16-bit",
+                attn="eager",
+                grad_ckpt=True,
+                seq_len=8192,
+                batch=1,
+            ),
             execution="emulated-fake",
         )
     )
@@ -304,7 +349,12 @@ def record_id(name: str, values: dict[str, Any]) -> str:
             p["attn"],
         ]
         if p["method"] in ("lora", "qlora"):
-            parts += [f"r{p['lora_rank']}", f"a{p['lora_alpha']:g}", p["lora_targets"], f"d{p['lora_dropout']}"]
+            parts += [
+                f"r{p['lora_rank']}",
+                f"a{p['lora_alpha']:g}",
+                p["lora_targets"],
+                f"d{p['lora_dropout']}",
+            ]
         if p["method"] == "qlora":
             parts.append("kbit" if p.get("kbit_prep") else "nokbit")
         if p.get("stack", "trainer") != "trainer":
@@ -379,7 +429,7 @@ def lf_gradient_checkpointing(model: torch.nn.Module) -> dict[str, Any]:
     kwargs = {"use_reentrant": True}
     inner = functools.partial(checkpoint, **kwargs)
 
-    @functools.wraps(inner, assigned=functools.WRAPPER_ASSIGNMENTS + ("__self__",))
+    @functools.wraps(inner, assigned=(*functools.WRAPPER_ASSIGNMENTS, "__self__"))
     def custom_gradient_checkpointing_func(func: Any, *args: Any, **kw: Any) -> Any:
         # LLaMA-Factory reads `func.func.__self__` (transformers <= 5.8, its pin, passes
         # partial(super().__call__, **kwargs)); transformers 5.24's GradientCheckpointingLayer
@@ -415,18 +465,26 @@ def lf_upcast_trainable(model: torch.nn.Module) -> None:
             p.data = p.data.to(torch.float32)
 
 
-def build_object_model(entry: dict[str, Any], case: RealCase, info: dict[str, Any]) -> torch.nn.Module:
+def build_object_model(
+    entry: dict[str, Any], case: RealCase, info: dict[str, Any]
+) -> torch.nn.Module:
     """The model a user hands the Trainer (or SFTTrainer as an object)."""
     p = case.plan
     config = build_config(config_dict(entry))
     method = p["method"]
     if method == "qlora":
-        model = _qlora_base(config, p["attn"], "cpu", p.get("double_quant", True), p.get("quant", "nf4"))
+        model = _qlora_base(
+            config, p["attn"], "cpu", p.get("double_quant", True), p.get("quant", "nf4")
+        )
         if p.get("kbit_prep"):
             from peft import prepare_model_for_kbit_training
 
-            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=p["grad_ckpt"])
-            info["kbit_prep"] = "prepare_model_for_kbit_training(use_gradient_checkpointing=%s)" % p["grad_ckpt"]
+            model = prepare_model_for_kbit_training(
+                model, use_gradient_checkpointing=p["grad_ckpt"]
+            )
+            info["kbit_prep"] = (
+                f"prepare_model_for_kbit_training(use_gradient_checkpointing={p['grad_ckpt']})"
+            )
     else:
         if case.stack == "llama-factory":
             dtype = torch.bfloat16  # torch_dtype="auto" (loader.py:154): the checkpoint's bf16
@@ -469,6 +527,7 @@ def _optim_name(plan: dict[str, Any]) -> str:
         "lion": "lion_32bit",
         "lion-8bit": "lion_8bit",
         "paged-adamw-32bit": "paged_adamw_32bit",
+        "adamw-4bit": "adamw_torch_4bit",  # torchao's AdamW4bit (block 256)
     }[plan["optimizer"]]
 
 
@@ -750,7 +809,9 @@ def run_case(entry: dict[str, Any], case: RealCase, top: int = 15) -> dict[str, 
         s = tr.summary()
         model = trainer.model
         pbytes, trainable, total = count_params(model)
-        adapter = [str(q.dtype).replace("torch.", "") for n, q in model.named_parameters() if "lora_" in n]
+        adapter = [
+            str(q.dtype).replace("torch.", "") for n, q in model.named_parameters() if "lora_" in n
+        ]
         acc = trainer.accelerator
         stack_obs = {
             **probe.obs,
@@ -765,7 +826,8 @@ def run_case(entry: dict[str, Any], case: RealCase, top: int = 15) -> dict[str, 
             stack_obs["loss_path"] = (
                 "full logits (lm_head module called)"
                 if probe.obs.get("lm_head_module_called")
-                else "TRL fused lm head (trl/trainer/utils.py _fused_forward, ChunkedLogProbFunction; "
+                else "TRL fused lm head (trl/trainer/utils.py _fused_forward, "
+                "ChunkedLogProbFunction; "
                 "lm_head module never called)"
             )
         else:
@@ -819,7 +881,9 @@ def emulable(case: RealCase) -> bool:
     )
 
 
-def emulated_record(entry: dict[str, Any], case: RealCase, execution: str, top: int = 0) -> dict[str, Any]:
+def emulated_record(
+    entry: dict[str, Any], case: RealCase, execution: str, top: int = 0
+) -> dict[str, Any]:
     """harness.run_case for the same plan (the harness's own step, not the stack's code)."""
     plan, _, _ = project_plan(case.plan)
     if plan is None:
@@ -863,7 +927,8 @@ def emulated_check(entry: dict[str, Any], case: RealCase, real: dict[str, Any]) 
         real_peak=a["peak_allocated_bytes"],
         emulated_fake_peak=b["peak_allocated_bytes"],
         diff_bytes=b["peak_allocated_bytes"] - a["peak_allocated_bytes"],
-        rel_diff=(b["peak_allocated_bytes"] - a["peak_allocated_bytes"]) / a["peak_allocated_bytes"],
+        rel_diff=(b["peak_allocated_bytes"] - a["peak_allocated_bytes"])
+        / a["peak_allocated_bytes"],
         phase_real=a["peak_phase"],
         phase_emulated=b["peak_phase"],
         op_real=a["peak_op"],
@@ -898,7 +963,8 @@ NOTES = {
         "(model forward + loss, and TRL's metrics); backward = accelerator.backward; clip_grad; "
         "optimizer = optimizer.step; zero_grad = lr_scheduler.step + model.zero_grad"
     ),
-    "data": "random token rows batch x seq_len, all tokens labelled, no padding (TRL's collator adds an all-ones attention_mask)",
+    "data": "random token rows batch x seq_len, all tokens labelled, no padding (TRL's "
+    "collator adds an all-ones attention_mask)",
     "plan": (
         "the project's plan field names; loss = the loss the run really used (chunked = TRL's "
         "fused lm head, standard = transformers' ForCausalLMLoss); base_dtype = LoRA's frozen "
@@ -910,18 +976,27 @@ NOTES = {
         "get_custom_gradient_checkpointing_func with use_reentrant=True; model/adapter.py fp32 "
         "upcast of trainable params), then the real transformers Trainer (bf16=True) runs"
     ),
-    "measured.stack": "what the stack really did, observed on the measured step (dtypes, autocast, GC kwargs, loss path)",
+    "measured.stack": "what the stack really did, observed on the measured step (dtypes, "
+    "autocast, GC kwargs, loss path)",
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "measure-cpu-real-stacks.json"))
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--out", default=str(REPO / "bench" / "results" / "measure-cpu-real-stacks.json")
+    )
     ap.add_argument("--only", default=None, help="run only cases whose id contains this substring")
     ap.add_argument("--skip", default=None, help="leave out cases whose id contains this substring")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
-    ap.add_argument("--top", type=int, default=15, help="largest live groups kept at the peak (0: none)")
-    ap.add_argument("--append", action="store_true", help="keep the records already in --out (other ids)")
+    ap.add_argument(
+        "--top", type=int, default=15, help="largest live groups kept at the peak (0: none)"
+    )
+    ap.add_argument(
+        "--append", action="store_true", help="keep the records already in --out (other ids)"
+    )
     ap.add_argument(
         "--checks-only",
         action="store_true",
@@ -993,7 +1068,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             row = emulated_check(models[case.model], case, rec)
             checks = [c for c in checks if c["id"] != row["id"]] + [row]
-            print(f"emulated (harness, fake) vs real: {row.get('diff_bytes')} B  {rec['id']}", flush=True)
+            print(
+                f"emulated (harness, fake) vs real: {row.get('diff_bytes')} B  {rec['id']}",
+                flush=True,
+            )
             write(False)
         write(True)
         return 0
@@ -1004,17 +1082,28 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rec = run_case(entry, case, top=args.top)
         records = [r for r in records if r["id"] != rec["id"]] + [rec]
-        if case.execution == "real" and not args.no_emulated and emulable(case) and "measured" in rec:
+        if (
+            case.execution == "real"
+            and not args.no_emulated
+            and emulable(case)
+            and "measured" in rec
+        ):
             row = emulated_check(entry, case, rec)
             checks = [c for c in checks if c["id"] != row["id"]] + [row]
-            print(f"          emulated (harness, fake) vs real: {row.get('diff_bytes')} B", flush=True)
+            print(
+                f"          emulated (harness, fake) vs real: {row.get('diff_bytes')} B", flush=True
+            )
         m = rec.get("measured")
         msg = (
-            f"{m['peak_allocated_bytes'] / 1e6:9.1f} MB  {m['peak_phase']:9s} {m['peak_op'][:40]:40s}"
+            f"{m['peak_allocated_bytes'] / 1e6:9.1f} MB  {m['peak_phase']:9s} "
+            f"{m['peak_op'][:40]:40s}"
             if m
             else f"ERROR {rec['error'][:100]}"
         )
-        print(f"[{time.perf_counter() - t_all:7.1f}s] {rec['seconds']:7.1f}s  {msg}  {rec['id']}", flush=True)
+        print(
+            f"[{time.perf_counter() - t_all:7.1f}s] {rec['seconds']:7.1f}s  {msg}  {rec['id']}",
+            flush=True,
+        )
         write(False)
     write(True)
     print(f"wrote {out}: {len(records)} records, {sum('error' in r for r in records)} errors")
