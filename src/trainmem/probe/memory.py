@@ -9,7 +9,9 @@
   are the largest of the values read at phase boundaries. Free is the system's available RAM.
 - CPU: the process's resident set (psutil); no tensor count exists.
 
-Readers never raise: a figure that cannot be read is None.
+Readers never raise: a figure that cannot be read is None. ``now(full=False)`` skips the
+device-wide reads (free memory, NVML's process list: tens of microseconds to milliseconds):
+the probe asks for them at most once a second, and leaves them null in between.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class CpuMemory:
         ps = _psutil()
         self._proc = ps.Process() if ps is not None else None
         self._ps = ps
+        self._statm = _open_statm()
 
     def device(self) -> dict[str, Any]:
         total = self.now().get("total_bytes")
@@ -48,13 +51,17 @@ class CpuMemory:
 
     def _rss(self) -> Figures:
         try:
+            if self._statm is not None:  # Linux: one pread, a few microseconds
+                return {"driver_bytes": int(os.pread(self._statm, 64, 0).split()[1]) * _PAGE}
             rss = int(self._proc.memory_info().rss) if self._proc is not None else None
             return {"driver_bytes": rss}
         except Exception:
             return {"driver_bytes": None}
 
-    def now(self) -> Figures:
+    def now(self, full: bool = True) -> Figures:
         out: Figures = {"allocated_bytes": None, "reserved_bytes": None, **self._rss()}
+        if not full:
+            return {**out, "free_bytes": None, "total_bytes": None}
         try:
             vm = self._ps.virtual_memory() if self._ps else None
         except Exception:
@@ -94,8 +101,8 @@ class MpsMemory(CpuMemory):
         f = self._mps_figures()
         return {"max_allocated_bytes": f["allocated_bytes"], "max_reserved_bytes": None, **f}
 
-    def now(self) -> Figures:
-        out = super().now()
+    def now(self, full: bool = True) -> Figures:
+        out = super().now(full)
         out.update(self._mps_figures())
         return out
 
@@ -143,7 +150,7 @@ class CudaMemory:
         with contextlib.suppress(Exception):
             self._cuda.reset_peak_memory_stats(self.index)
 
-    def now(self) -> Figures:
+    def now(self, full: bool = True) -> Figures:
         out: Figures = {}
         try:
             stats = self._cuda.memory_stats(self.index)
@@ -151,6 +158,8 @@ class CudaMemory:
             out["reserved_bytes"] = int(stats.get("reserved_bytes.all.current", 0))
         except Exception:
             out["allocated_bytes"] = out["reserved_bytes"] = None
+        if not full:
+            return {**out, "driver_bytes": None, "free_bytes": None, "total_bytes": None}
         out["driver_bytes"] = self._driver_bytes()
         try:
             free, total = self._cuda.mem_get_info(self.index)
@@ -168,6 +177,17 @@ class CudaMemory:
                     return int(p.usedGpuMemory)
         except Exception:
             return None
+        return None
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _open_statm() -> int | None:
+    """/proc/self/statm held open (its second field is the resident pages), or None."""
+    try:
+        return os.open("/proc/self/statm", os.O_RDONLY)
+    except (OSError, AttributeError):
         return None
 
 

@@ -34,6 +34,9 @@ from trainmem.probe.writer import LogWriter, rank_path
 
 Memory = CpuMemory | MpsMemory | CudaMemory
 PEAK_KEYS = ("max_allocated_bytes", "max_reserved_bytes", "driver_bytes")
+# Free memory and NVML's process list cost tens of microseconds to milliseconds: read at most
+# once a second (steps in between have them null), as the dashboard samples.
+FULL_READ_S = 1.0
 
 
 def _max(a: int | None, b: int | None) -> int | None:
@@ -78,6 +81,7 @@ class RunProbe:
         self._tokens = 0
         self._shape: tuple[int, int] | None = None
         self._t0 = 0.0
+        self._last_full = float("-inf")  # when the device-wide figures were last read
         self.ranks = describe.ranks()
         self.path = rank_path(path, self.ranks["rank"], default_dir)
         self._writer = LogWriter(self.path)
@@ -203,12 +207,16 @@ class RunProbe:
         self._in_step = False
         self.steps += 1
         memory = self._memory_reader()
+        now = time.perf_counter()
+        full = now - self._last_full >= FULL_READ_S or error is not None
+        if full:
+            self._last_full = now
         record: dict[str, Any] = {
             "kind": STEP,
             "step": self.steps,
             "time": time.time(),
-            "duration_s": round(time.perf_counter() - self._t0, 6),
-            **memory.now(),
+            "duration_s": round(now - self._t0, 6),
+            **memory.now(full),
         }
         for key in ("max_allocated_bytes", "max_reserved_bytes"):
             record[key] = _largest(p.get(key) for p in self._phases.values())
