@@ -35,6 +35,9 @@ Then one line per optimizer step, ``"kind": "step"``::
      "driver_bytes": ...,   # the process's device memory as the driver sees it, at the end
      "free_bytes": ..., "total_bytes": ...}                  # the device's, at the end
 
+On MPS and CPU the step also has ``max_driver_bytes``, the largest driver figure read at
+its phase boundaries. The device-wide reads (``free_bytes``, ``total_bytes``, and on CUDA
+NVML's ``driver_bytes``) are taken at most once a second, so steps in between have them null.
 Any byte figure may be null where the device cannot give it: allocated and reserved on CPU
 (``driver_bytes`` is then the process's RSS), reserved on MPS (``driver_bytes`` is then
 torch.mps.driver_allocated_memory()), ``driver_bytes`` on CUDA without NVML. The phases are
