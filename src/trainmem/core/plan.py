@@ -556,13 +556,13 @@ def _sharding_rules(plan: Plan) -> Plan:
     implies strategy zero (plan files written before ``strategy`` existed mean that)."""
     if plan.zero > 0 and plan.strategy == "ddp":
         plan = replace(plan, strategy="zero")
-    if plan.offload != "none" and plan.strategy == "ddp":
-        raise PlanError("offload", "offload needs --strategy zero (ZeRO-Offload) or fsdp")
-    if plan.strategy == "zero":
+    if plan.strategy in ("zero", "ddp"):  # ddp here: zero is 0
         if plan.offload == "optimizer" and plan.zero == 0:
             raise PlanError("offload", "optimizer offload needs ZeRO stage 1, 2 or 3 (--zero)")
         if plan.offload == "params" and plan.zero != 3:
-            raise PlanError("offload", "parameter offload needs ZeRO stage 3 (--zero 3)")
+            raise PlanError(
+                "offload", "parameter offload needs ZeRO stage 3 (--zero 3) or --strategy fsdp"
+            )
     if plan.strategy == "fsdp":
         if plan.offload == "optimizer":
             raise PlanError(
