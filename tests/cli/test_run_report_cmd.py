@@ -114,3 +114,16 @@ def test_no_path_is_a_usage_error(capsys: pytest.CaptureFixture[str]):
         main(["run-report"])
     assert exc.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_plan_judges_a_calibrated_gpu_on_its_calibration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], isolated_state: Path
+):
+    args = ["plan", "--model", "0.5B", "--device", "h100-80gb", "--json"]
+    before = _json(capsys, *args)["fit"][0]
+    assert main(["calibrate", str(_cuda_log(tmp_path))]) == 0  # 450 MiB context, 30% reserve
+    capsys.readouterr()
+    after = _json(capsys, *args)["fit"][0]
+    built_in = _json(capsys, *args, "--no-calibration")["fit"][0]
+    assert built_in == before
+    assert after["required_bytes"] != before["required_bytes"]

@@ -6,12 +6,14 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.reactive import var
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
@@ -25,6 +27,8 @@ from trainmem.app.messages import (
     PlansOpened,
     PlansProgress,
     PlansSaved,
+    ProcessesFound,
+    RunLogRead,
 )
 from trainmem.app.screens.plan import PlanScreen
 from trainmem.app.state import DashboardState
@@ -107,6 +111,7 @@ class TrainmemApp(App[None]):
     plans_version = var(0)
     model_list_version = var(0)
     data_version = var(0)  # the --data dataset was read
+    runs_version = var(0)  # a run log or the training processes changed
     loading_text = var("")  # progress of a plans file read in the background
 
     def __init__(
@@ -124,6 +129,8 @@ class TrainmemApp(App[None]):
         config_watch: WatchedConfig | None = None,
         data: str | None = None,
         tokenizer: str | None = None,
+        run_logs: Iterable[str | Path] = (),
+        find_processes: bool = False,
     ) -> None:
         super().__init__()
         # Off by default: a blinking cursor repaints twice a second, which over SSH for a
@@ -145,6 +152,10 @@ class TrainmemApp(App[None]):
         self._watching = False
         self._stop_watching = threading.Event()
         self._data = (data, tokenizer) if data else None  # counted after the first frame
+        self._run_logs = list(run_logs)  # probe logs tailed from the first frame on
+        self.run_pollers: list[Any] = []
+        self.process_poller: Any = None
+        self._find_processes = find_processes
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -170,7 +181,12 @@ class TrainmemApp(App[None]):
         gc.enable()
         self.state.sampler = self._sampler_factory(self._sampled, self.interval)
         self.state.sampler.start()
-        if self.watches:
+        from trainmem.app.runs import ProcessPoller, RunLogPoller
+
+        self.run_pollers = [RunLogPoller(p) for p in self._run_logs]
+        if self._find_processes:
+            self.process_poller = ProcessPoller(self._gpus_sampled)
+        if self.watches or self.run_pollers or self.process_poller is not None:
             self._start_watching()
         if self._data is not None:
             self._scan_data(*self._data, self.state.workspace.current.plan.model)
@@ -323,6 +339,25 @@ class TrainmemApp(App[None]):
         else:
             self._open_plans(path, session=False, keep=False)
 
+    def _gpus_sampled(self) -> bool:
+        snapshot = self.state.snapshot  # read from the polling thread: one reference
+        return snapshot is not None and any(d.kind == "gpu" for d in snapshot.devices)
+
+    def watch_run_log(self, path: str | Path) -> None:
+        """Tail one more probe log (the monitor's action)."""
+        from trainmem.app.runs import RunLogPoller
+
+        self.run_pollers.append(RunLogPoller(path))
+        self._start_watching()
+
+    def on_run_log_read(self, message: RunLogRead) -> None:
+        self.state.runs[message.seen.path] = message.seen
+        self.runs_version += 1
+
+    def on_processes_found(self, message: ProcessesFound) -> None:
+        self.state.processes = message.processes
+        self.runs_version += 1
+
     # -- the --data dataset ------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="data", exit_on_error=False)
@@ -349,19 +384,51 @@ class TrainmemApp(App[None]):
     def _start_watching(self) -> None:
         if not self._watching:
             self._watching = True
-            self._watch_configs()
+            self._poll()
 
     @work(thread=True, exclusive=True, group="config-read", exit_on_error=False)
     def _open_config(self, watch: WatchedConfig) -> None:
         self.post_message(self._read(watch, opened=True))
 
-    @work(thread=True, exclusive=True, group="config-watch", exit_on_error=False)
-    def _watch_configs(self) -> None:
-        """Poll the watched configs' stamps once per interval, off the UI thread."""
+    def _pollers(self) -> list[Callable[[], Message | None]]:
+        """What the polling worker reads once per interval, off the UI thread."""
+        polls: list[Callable[[], Message | None]] = [
+            partial(self._poll_config, w) for w in list(self.watches)
+        ]
+        polls += [partial(self._poll_run, p) for p in list(self.run_pollers)]
+        if self.process_poller is not None:
+            polls.append(self._poll_processes)
+        return polls
+
+    def _poll_config(self, watch: WatchedConfig) -> Message | None:
+        return self._read(watch) if watch.changed() else None
+
+    def _poll_run(self, poller: Any) -> Message | None:
+        seen = poller()
+        return RunLogRead(seen) if seen is not None else None
+
+    def _poll_processes(self) -> Message | None:
+        found = self.process_poller()
+        return ProcessesFound(found) if found is not None else None
+
+    @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
+    def _poll(self) -> None:
+        """Watched configs, run logs and (without GPUs) training processes, once per
+        interval; one poller's failure is reported once and does not stop the others."""
+        failed: set[int] = set()
         while not self._stop_watching.wait(self.interval):
-            for watch in list(self.watches):
-                if watch.changed():
-                    self.post_message(self._read(watch))
+            for i, poll in enumerate(self._pollers()):
+                try:
+                    message = poll()
+                except Exception as exc:
+                    if i not in failed:
+                        failed.add(i)
+                        self.call_from_thread(
+                            self.notify, f"polling failed: {exc}", severity="error"
+                        )
+                    continue
+                if message is not None:
+                    self.post_message(message)
 
     @staticmethod
     def _read(watch: WatchedConfig, *, opened: bool = False) -> ConfigRead:
@@ -461,6 +528,8 @@ def make_app(
     config_watch: WatchedConfig | None = None,
     data: str | None = None,
     tokenizer: str | None = None,
+    run_logs: Iterable[str | Path] = (),
+    find_processes: bool = False,
 ) -> TrainmemApp:
     """The dashboard. Without ``sampler_factory`` it samples this machine's real devices, or
     with ``prometheus`` (a server URL) the cluster's nodes, filtered by ``select``."""
@@ -479,4 +548,6 @@ def make_app(
         config_watch=config_watch,
         data=data,
         tokenizer=tokenizer,
+        run_logs=run_logs,
+        find_processes=find_processes,
     )

@@ -14,9 +14,11 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from trainmem.app.config_watch import WatchedConfig
+    from trainmem.app.runs import RunSeen
     from trainmem.core.architecture import ModelSpec
     from trainmem.core.errors import PlanError
     from trainmem.core.plan import Plan
+    from trainmem.devices.processes import TrainingProcess
     from trainmem.devices.snapshot import Snapshot  # imported by the sampler, after start-up
     from trainmem.planner.lengths import Scan
     from trainmem.planner.report import Report
@@ -110,3 +112,19 @@ class DataScanned(Message):
         super().__init__()
         self.scan = scan
         self.error = error
+
+
+class RunLogRead(Message):
+    """A probe run log read further by the polling worker."""
+
+    def __init__(self, seen: RunSeen) -> None:
+        super().__init__()
+        self.seen = seen
+
+
+class ProcessesFound(Message):
+    """Training processes found through psutil (no GPU sampled)."""
+
+    def __init__(self, processes: list[TrainingProcess]) -> None:
+        super().__init__()
+        self.processes = processes

@@ -35,6 +35,8 @@ class DashboardState:
         self.sampler: Any = None  # set by the App once sampling starts (history, peaks)
         self.cached_ids: list[str] = []  # models in the local Hugging Face cache
         self.scan: Any = None  # the --data dataset's lengths (planner.lengths.Scan), once read
+        self.runs: dict[Any, Any] = {}  # run log path -> app.runs.RunSeen, as last read
+        self.processes: list[Any] = []  # training processes by RSS (no GPU sampled)
 
     def model_names(self) -> list[str]:
         known = catalog.names()

@@ -85,6 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help='with --prometheus: label matchers put into every query, e.g. job=~"dcgm|node"',
     )
+    parser.add_argument(
+        "--run-log",
+        dest="run_logs",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="tail a trainmem probe log (from trainmem.probe) in the monitor (F4): observed "
+        "peaks against the plan rebuilt from the run (repeatable, one per rank)",
+    )
     return parser
 
 
@@ -176,6 +185,8 @@ def run(argv: list[str]) -> int:
         config_watch=ns.config_watch,
         data=ns.data,
         tokenizer=ns.tokenizer,
+        run_logs=ns.run_logs,
+        find_processes=not ns.prometheus,  # on unified memory or a CPU: the run by its RSS
     )
 
     def save() -> None:

@@ -18,6 +18,12 @@ def add_parser(sub: Any) -> None:
     add_data_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the stable JSON object")
     parser.add_argument(
+        "--no-calibration",
+        action="store_true",
+        help="judge GPUs on the built-in runtime figures, not on this machine's calibration "
+        "(trainmem-tui calibrate)",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="exit 1 when the plan does not fit every target device (tight counts as fitting), "
@@ -32,6 +38,11 @@ def run(ns: argparse.Namespace) -> int:
     try:
         planned = planned_from_args(ns)
         report = build_report(planned.plan, resolve_for_args(ns, planned.plan))
+        if not ns.no_calibration:  # the runtime part from `calibrate`, per GPU model
+            from trainmem.planner.calibration import calibrated_report
+            from trainmem.sources.calibration import load_calibrations
+
+            report = calibrated_report(report, load_calibrations())
         lengths = data_report(ns, planned.plan, report.estimate.model, list(report.targets))
     except (PlanError, ValueError) as exc:
         sys.stderr.write(f"trainmem-tui plan: error: {exc}\n")

@@ -26,6 +26,7 @@ from trainmem.planner.report import Report
 
 if TYPE_CHECKING:
     from trainmem.app.app import TrainmemApp
+    from trainmem.app.runs import RunSeen
 
 
 COLUMNS = (  # width 0: the process column takes what the others leave
@@ -68,12 +69,15 @@ def closest_to_full(devices: Sequence[DeviceReading]) -> DeviceReading | None:
 class MonitorScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "reset_peaks", "Reset peaks", tooltip="Forget observed peaks (a new run)"),
+        Binding("l", "watch_log", "Run log", tooltip="Tail a trainmem probe log (JSON Lines)"),
+        Binding("p", "plan_from_run", "Run's plan", tooltip="Open the plan a run log describes"),
     ]
 
     app: TrainmemApp
 
     def compose(self) -> ComposeResult:
         yield Static(id="monitor-plan")
+        yield Static(id="monitor-runs")
         yield Static(id="monitor-warning")
         yield DataTable(id="monitor-table", cursor_type="row", zebra_stripes=True)
         yield Static(id="monitor-free", classes="hint")
@@ -87,6 +91,7 @@ class MonitorScreen(Screen[None]):
         self.query_one("#monitor-devices").border_title = "Devices"
         self.watch(self.app, "snapshot_version", self._update)
         self.watch(self.app, "report_version", self._update)
+        self.watch(self.app, "runs_version", self._update)
 
     def on_screen_resume(self) -> None:
         self._update()
@@ -107,6 +112,26 @@ class MonitorScreen(Screen[None]):
             reset()
             self.notify("Peaks reset; they rebuild from the next sample", timeout=3)
 
+    def action_watch_log(self) -> None:
+        from trainmem.app.screens.prompt import PromptScreen
+
+        def chosen(text: str | None) -> None:
+            if text:
+                self.app.watch_run_log(text)
+                self.notify(f"Tailing {text}", timeout=3)
+
+        self.app.push_screen(PromptScreen("Tail the run log", "trainmem-run.rank0.jsonl"), chosen)
+
+    def action_plan_from_run(self) -> None:
+        """Open the plan rebuilt from the first readable run log, editable like any plan."""
+        seen = next((r for r in self.app.state.runs.values() if r.report is not None), None)
+        if seen is None:
+            self.notify("No run log read yet (l tails one)", severity="warning", timeout=4)
+            return
+        self.app.state.workspace.add(seen.report.estimate.plan)
+        self.app.plans_changed()
+        self.notify(f"Opened the plan of {seen.path.name} (F2 to edit it)", timeout=4)
+
     def _update(self, _value: object = None) -> None:
         if not self.is_current:
             return  # redrawn on resume; no work for a hidden screen
@@ -123,6 +148,9 @@ class MonitorScreen(Screen[None]):
         else:
             plan_line.append("No valid plan yet: fill in the plan form (F2).", style="dim")
         self.query_one("#monitor-plan", Static).update(plan_line)
+        runs = self.query_one("#monitor-runs", Static)
+        runs.update(runs_text(list(self.app.state.runs.values())))
+        runs.display = bool(self.app.state.runs)
 
         table = self.query_one("#monitor-table", DataTable)
         table.clear()
@@ -180,12 +208,35 @@ class MonitorScreen(Screen[None]):
                     else:
                         cells += [Text("not the run", style="dim"), ""]
                     table.add_row(*cells)
+        has_gpus = snapshot is not None and any(d.kind == "gpu" for d in snapshot.devices)
+        if not has_gpus:
+            for proc in self.app.state.processes:
+                cells = [
+                    "RAM",
+                    str(proc.pid),
+                    f"{proc.name} ({proc.why})",
+                    fmt_bytes(proc.rss_bytes),
+                    "",
+                ]
+                if looks_like_the_run(proc.rss_bytes, predicted):
+                    assert predicted is not None
+                    gb, pct = difference(proc.rss_bytes, predicted)
+                    style = "bold #e85f5f" if proc.rss_bytes > predicted else ""
+                    cells += [Text(gb, style=style), Text(pct, style=style)]
+                else:
+                    cells += [Text("not the run", style="dim"), ""]
+                table.add_row(*cells)
         if table.row_count == 0:
-            table.add_row("", "", Text("no process holds GPU memory", style="dim"), *[""] * 4)
+            table.add_row("", "", Text("no training process found", style="dim"), *[""] * 4)
         warn = self.query_one("#monitor-warning", Static)
         warn.update(warning)
         warn.display = bool(warning)
-        hint = "  ·  ".join(free_lines) if free_lines else "No GPU found: nothing to monitor."
+        hint = (
+            "  ·  ".join(free_lines)
+            if free_lines
+            else "No GPU found: Python processes with torch loaded (or a large RSS) are "
+            "compared by their resident memory."
+        )
         closest = closest_to_full(snapshot.devices) if snapshot is not None else None
         if closest is not None and len(free_lines) > 1:
             hint = (
@@ -202,3 +253,42 @@ class MonitorScreen(Screen[None]):
         if snapshot is not None:
             # No plan marker here: the run is already part of what is in use.
             self.query_one(DevicesPanel).show_snapshot(snapshot, self.app.state.sampler, None)
+
+
+def runs_text(runs: Sequence[RunSeen]) -> Text:
+    """One block per probe log: observed peaks against the plan rebuilt from the run."""
+    text = Text()
+    for seen in runs:
+        if text:
+            text.append("\n")
+        text.append(f"{seen.path.name}: ", style="bold")
+        if seen.report is None:
+            text.append(seen.error or "", style="dim")
+            continue
+        r = seen.report
+        est, alloc, device = r.estimate, r.allocated_peak, r.device_peak
+        p = est.plan
+        text.append(
+            f"rank {r.log.rank}, {len(r.steps):,} steps{' (ended)' if r.log.ended else ''}; "
+            f"run's plan {p.model} · {p.method} · {p.seq_len:,} × {p.batch}\n"
+        )
+        for label, seen_peak, observed, predicted in (
+            ("allocated", alloc, alloc.allocated_peak if alloc else None, est.allocated_bytes),
+            ("device", device, device.device_peak if device else None, est.device_bytes),
+        ):
+            text.append(f"  {label} peak predicted {fmt_bytes(predicted)}, observed ")
+            if observed is None or seen_peak is None:
+                text.append("—", style="dim")
+            else:
+                gb, pct = difference(observed, predicted)
+                text.append(f"{fmt_bytes(observed)} ")
+                style = "bold #e85f5f" if observed > predicted else ""
+                text.append(f"({gb}, {pct})", style=style)
+                where = f" at step {seen_peak.step}"
+                if seen_peak.peak_phase:
+                    where += f", {seen_peak.peak_phase}"
+                text.append(where)
+            text.append("\n")
+        for warning in r.warnings:
+            text.append(f"  ⚠ {warning}\n", style="bold")
+    return text
