@@ -32,17 +32,18 @@ class RunLogPoller:
     appended, and rebuilds the comparison only when a step was added."""
 
     def __init__(self, path: Path | str) -> None:
-        from trainmem.sources.run_logs import RunLogTail
-
         self.path = Path(path).expanduser()
-        self._tail = RunLogTail(self.path)
+        self._tail: Any = None  # made on the polling thread: it touches the disk
         self._seen: tuple[int, bool] | None = None
         self._error: str | None = None
 
     def __call__(self) -> RunSeen | None:
         from trainmem.planner.run_report import rank_report
+        from trainmem.sources.run_logs import RunLogTail
 
         try:
+            if self._tail is None:
+                self._tail = RunLogTail(self.path)
             log = self._tail.poll()
             state = (len(log.steps), log.ended)
             if state == self._seen:
@@ -71,15 +72,17 @@ class ProcessPoller:
     the processes itself)."""
 
     def __init__(self, has_gpus: Callable[[], bool]) -> None:
-        from trainmem.devices.processes import ProcessFinder
-
-        self._finder = ProcessFinder()
+        self._finder: Any = None  # made on the polling thread (it imports psutil)
         self._has_gpus = has_gpus
         self._last: list[tuple[int, int]] | None = None
 
     def __call__(self) -> list[TrainingProcess] | None:
+        from trainmem.devices.processes import ProcessFinder
+
         if self._has_gpus():
             return None
+        if self._finder is None:
+            self._finder = ProcessFinder()
         found = self._finder.find()
         key = [(p.pid, p.rss_bytes) for p in found]
         if key == self._last:
