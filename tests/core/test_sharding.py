@@ -323,7 +323,8 @@ def test_zero_on_one_gpu_and_fsdp_fields_under_zero_are_noted():
 
 def test_old_plan_files_keep_their_meaning():
     old = Plan.from_dict({"model": "tiny", "gpus": 8, "zero": 2})
-    assert (old.gpus, old.nodes, old.world, old.strategy) == (8, 1, 8, "zero")
+    assert (old.gpus, old.nodes, old.world, old.sharding) == (8, 1, 8, "zero")
+    assert Plan(zero=3, gpus=4).validated() == Plan(zero=3, gpus=4)  # nothing rewritten
     assert layout(old).shard == 8
 
 

@@ -455,7 +455,7 @@ def _sharding_notes(plan: Plan) -> list[str]:
     )
     notes = [f"per GPU of {where}: activations and logits are never divided by sharding"]
     if lay.world == 1 and plan.offload == "none" and lay.strategy in ("zero", "fsdp"):
-        notes.append(f"{plan.strategy} on one GPU shards nothing; it only adds its buffers")
+        notes.append(f"{plan.sharding} on one GPU shards nothing; it only adds its buffers")
     if lay.strategy == "zero":
         notes.append(
             "DeepSpeed ZeRO is derived from its source (edaa722), not measured: gradient "

@@ -66,7 +66,7 @@ def _checkpointed(plan: Plan) -> bool:
 
 
 def _sharded(plan: Plan) -> bool:
-    return plan.strategy in ("zero", "fsdp")
+    return plan.sharding in ("zero", "fsdp")
 
 
 def _fsdp(plan: Plan) -> bool:
@@ -78,15 +78,15 @@ def _not_fsdp(plan: Plan) -> bool:
 
 
 def _deepspeed(plan: Plan) -> bool:
-    return plan.strategy == "zero"
+    return plan.sharding == "zero"
 
 
 def _zero12(plan: Plan) -> bool:
-    return plan.strategy == "zero" and plan.zero in (1, 2)
+    return plan.sharding == "zero" and plan.zero in (1, 2)
 
 
 def _zero3(plan: Plan) -> bool:
-    return plan.strategy == "zero" and plan.zero == 3
+    return plan.sharding == "zero" and plan.zero == 3
 
 
 def _bucket(label: str, help: str, default: int, applies: Any) -> Any:
@@ -516,6 +516,12 @@ class Plan:
         return self.training.trains_base or "lm_head" in self.saved_modules
 
     @property
+    def sharding(self) -> str:
+        """The strategy in effect: a ZeRO stage above 0 is DeepSpeed's, so under the default
+        ddp it means zero (plan files written before ``strategy`` existed mean that)."""
+        return "zero" if self.strategy == "ddp" and self.zero > 0 else self.strategy
+
+    @property
     def world(self) -> int:
         """Data-parallel processes over every node (one per GPU)."""
         return self.gpus * self.nodes
@@ -552,11 +558,8 @@ class Plan:
 
 
 def _sharding_rules(plan: Plan) -> Plan:
-    """The rules between the multi-GPU fields. A ZeRO stage above 0 is DeepSpeed's, so it
-    implies strategy zero (plan files written before ``strategy`` existed mean that)."""
-    if plan.zero > 0 and plan.strategy == "ddp":
-        plan = replace(plan, strategy="zero")
-    if plan.strategy in ("zero", "ddp"):  # ddp here: zero is 0
+    """The rules between the multi-GPU fields (``Plan.sharding`` is the strategy in effect)."""
+    if plan.sharding in ("zero", "ddp"):  # ddp here: zero is 0
         if plan.offload == "optimizer" and plan.zero == 0:
             raise PlanError("offload", "optimizer offload needs ZeRO stage 1, 2 or 3 (--zero)")
         if plan.offload == "params" and plan.zero != 3:

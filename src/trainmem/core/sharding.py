@@ -43,9 +43,9 @@ def layout(plan: Plan) -> Layout:
     reshard_after_forward=False); HYBRID_SHARD shards within a node and replicates across
     nodes; NO_SHARD shards nothing."""
     world = plan.world
-    if world == 1 and plan.strategy == "ddp":
+    if world == 1 and plan.sharding == "ddp":
         return Layout("single", 1, 1, False, False, False, True)
-    if plan.strategy == "zero":
+    if plan.sharding == "zero":
         z = plan.zero
         return Layout("zero", world, world, z >= 1, z >= 2, z >= 3, True)
     if plan.strategy == "fsdp" and plan.fsdp != "no-shard":

@@ -123,20 +123,20 @@ def _sharding_options(
     """The multi-GPU remedies: a higher stage, offload, more GPUs."""
     options: list[tuple[str, dict[str, object], str | None]] = []
     host = "needs host RAM for the offloaded states: see the node's RAM fit"
-    if plan.strategy == "ddp":
+    if plan.sharding == "ddp":
         options.append(("shard with FSDP (full-shard)", {"strategy": "fsdp"}, None))
-    if plan.strategy == "zero" and plan.zero < 3:
+    if plan.sharding == "zero" and plan.zero < 3:
         up = plan.zero + 1
         options.append((f"raise the ZeRO stage to {up}", {"zero": up}, None))
     if plan.strategy == "fsdp" and plan.fsdp in ("shard-grad-op", "no-shard", "hybrid-shard"):
         options.append(("use FSDP full-shard", {"fsdp": "full-shard", "fsdp_version": 2}, None))
-    if plan.strategy == "zero" and plan.zero >= 1 and plan.offload == "none":
+    if plan.sharding == "zero" and plan.zero >= 1 and plan.offload == "none":
         options.append(("offload the optimizer to host RAM", {"offload": "optimizer"}, host))
     if plan.offload != "params" and (
-        plan.strategy == "fsdp" or (plan.strategy == "zero" and plan.zero == 3)
+        plan.strategy == "fsdp" or (plan.sharding == "zero" and plan.zero == 3)
     ):
         options.append(("offload parameters to host RAM", {"offload": "params"}, host))
-    if plan.strategy != "ddp":
+    if plan.sharding != "ddp":
         more = _smallest(lambda n: _fits(replace(plan, gpus=n), spec, usable, kind), 1, 1024)
         if more is not None and more > plan.gpus:
             options.append((f"use {more} GPUs per node", {"gpus": more}, None))
@@ -216,7 +216,7 @@ def advice(
                 None,
             )
         )
-    if plan.world > 1 or plan.strategy != "ddp":
+    if plan.world > 1 or plan.sharding != "ddp":
         options += _sharding_options(plan, spec, usable, kind)
     result = []
     for action, changes, warning in options:
