@@ -179,7 +179,7 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
     """The step's building blocks for a validated plan."""
     precision = dtypes(plan)
     states = model_states(spec, plan, precision)
-    layer = layer_activations(spec, plan, precision, kernels)
+    layer = layer_activations(spec, plan, _compute_dtypes(plan, precision), kernels)
     head = loss_head(spec, plan, precision, kernels)
     tokens = plan.batch * plan.seq_len
     layers = spec.layers
@@ -271,6 +271,14 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
             layers * grad_layer + head_full + embed_full if lay.strategy == "fsdp" else -1
         ),
     )
+
+
+def _compute_dtypes(plan: Plan, precision: Dtypes) -> Dtypes:
+    """The dtypes the layers compute in. FSDP all-gathers a LoRA unit's fp32 adapters in the
+    16-bit base's dtype (sharding.fsdp_gathered), so PEFT casts no input up to fp32."""
+    if plan.strategy == "fsdp" and plan.trains_adapter and precision.weight == 2:
+        return replace(precision, trainable=2)
+    return precision
 
 
 def _layer_trainable(
