@@ -30,7 +30,7 @@ from trainmem.core.sharding import (
     layout,
     zero_buckets,
 )
-from trainmem.core.states import States, model_states, saved_module_bytes
+from trainmem.core.states import States, model_states, saved_module_bytes, trainable_matrices
 from trainmem.core.target import TargetKind
 from trainmem.core.units import fmt_bytes
 
@@ -220,7 +220,14 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
     else:
         grad_layer = max(0, states.gradients - grad_head - grad_embed) // layers
     trainable_layer = _layer_trainable(plan, spec, states, head_full + embed_full, precision)
-    gather = gathered(plan, spec, precision, _unsharded_weight_bytes(plan, spec), trainable_layer)
+    adapters = tuple(
+        (m.rows, m.cols, m.count // layers)
+        for m in (trainable_matrices(spec, plan) if lay.strategy == "fsdp" else [])
+        if plan.trains_adapter and m.count % layers == 0
+    )
+    gather = gathered(
+        plan, spec, precision, _unsharded_weight_bytes(plan, spec), trainable_layer, adapters
+    )
     mixed_zero = lay.strategy == "zero" and not plan.trains_adapter and plan.precision != "fp32"
     bucket_bytes = 2 if mixed_zero else precision.trainable  # DeepSpeed's 16-bit gradients
     buckets = ddp_buckets(plan, states.gradients)

@@ -160,10 +160,16 @@ NONE = Gathered(0, 0, 0, 0, 0, 0, 0, 0)
 
 
 def gathered(
-    plan: Plan, spec: ModelSpec, dt: Dtypes, weight_bytes: int, trainable_layer: int
+    plan: Plan,
+    spec: ModelSpec,
+    dt: Dtypes,
+    weight_bytes: int,
+    trainable_layer: int,
+    adapter_shapes: tuple[tuple[int, int, int], ...] = (),
 ) -> Gathered:
     """``weight_bytes``: the whole model's weights as stored (unsharded);
-    ``trainable_layer``: one decoder layer's trainable elements (its gradient's size)."""
+    ``trainable_layer``: one decoder layer's trainable elements (its gradient's size);
+    ``adapter_shapes``: one layer's LoRA matrices (rows, cols, count)."""
     lay = layout(plan)
     if not lay.weights:
         return NONE
@@ -174,7 +180,15 @@ def gathered(
         # A LoRA unit mixes the 16-bit base with fp32 adapters; FSDP2 all-gathers one dtype
         # per unit, so the adapters are gathered in the base's (MixedPrecisionPolicy
         # param_dtype, as bench/measure/sharded.py runs it)
-        unit += trainable_layer * min(dt.trainable, 2 if dt.weight == 2 else dt.trainable)
+        # FSDP2 gathers into padded buffers (_fsdp_param.py:626: padded shard x world), which
+        # a rank-16 LoRA A over 64 GPUs quadruples
+        n = lay.shard
+        gathered_elements = (
+            fsdp2_shard_elements(list(adapter_shapes), n) * n
+            if plan.fsdp_version == 2 and adapter_shapes
+            else trainable_layer
+        )
+        unit += gathered_elements * min(dt.trainable, 2 if dt.weight == 2 else dt.trainable)
     grad_unit = trainable_layer * dt.trainable
     if lay.strategy == "fsdp":
         return fsdp_gathered(plan, spec, unit, root, grad_unit)

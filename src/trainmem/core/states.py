@@ -230,13 +230,22 @@ def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
         # stage_1_and_2.py:2361 (stage3.py per sub-group): step() makes an fp32 copy of this
         # process's gradient partition for the fp32 master; ZeRO-Offload makes it on the CPU.
         fp32_grads = 4 * min(divided(trainable, n if lay.optimizer else 1), SUB_GROUP_SIZE)
+
+    def share(total: int) -> int:
+        """This process's part of a trainable state: FSDP2 pads each parameter's dim 0 (a
+        LoRA A of rank 16 over 64 GPUs is 64 rows), the others pad one flat buffer."""
+        if lay.strategy == "fsdp" and plan.fsdp_version == 2 and trainable:
+            padded = fsdp2_shard_elements([(m.rows, m.cols, m.count) for m in mats + saved], n)
+            return -(-total * padded // trainable)
+        return divided(total, n)
+
     if lay.optimizer:
-        master, optimizer = divided(master, n), divided(optimizer, n)
+        master, optimizer = divided(master, n), share(optimizer)
     if lay.gradients:
-        gradients = divided(gradients, n)
+        gradients = share(gradients)
     if lay.weights:
         weights = _sharded_weights(spec, plan, weights, n)
-        adapter = divided(adapter, n)  # trainable weights are sharded like the rest
+        adapter = share(adapter)  # trainable weights are sharded like the rest
     offloaded = offloaded_states(plan, full[0] + adapter, *full[1:])
     if plan.offload != "none":
         # ZeRO-Offload keeps master, states and the gradient partition on the CPU; FSDP's
