@@ -317,3 +317,13 @@ def test_memory_failing_otherwise_is_not_unified(make_reader: Make) -> None:
     gpu.fail["nvmlDeviceGetMemoryInfo"] = TIMEOUT
     (d,) = make_reader(FakeNvml([gpu])).read()
     assert d.kind == "gpu" and d.total_bytes is None and d.field_error("memory")
+
+
+def test_a_figure_that_is_not_a_number_is_dropped_not_fatal(make_reader: Make) -> None:
+    """A broken binding or driver handing back inf / NaN must not stop the sample."""
+    gpu = FakeGpu(temperature=float("inf"))  # type: ignore[arg-type]
+    bad_memory = FakeGpu(name="B", used=float("nan"))  # type: ignore[arg-type]
+    a, b = make_reader(FakeNvml([gpu, bad_memory])).read()
+    assert a.temperature_c is None and a.total_bytes  # the rest of the device still reads
+    assert b.total_bytes is None and "not a byte count" in (b.field_error("memory") or "")
+    assert b.temperature_c == 35

@@ -82,6 +82,23 @@ class _Gpu:
     lost: str | None = None  # sticky: a lost GPU does not come back without a reset
 
 
+def _whole(value: Any) -> int | None:
+    """An NVML figure as an int; None for what a broken binding or driver hands back
+    instead of a count (inf, NaN, not a number), so one bad field never stops a sample."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _counts(q: _Query, *values: Any) -> tuple[int | None, ...]:
+    """Memory figures as ints, the field marked as an error if one is not a count."""
+    out = tuple(_whole(v) for v in values)
+    if None in out:
+        q.errors["memory"] = "NVML returned a value that is not a byte count"
+    return out
+
+
 @dataclass
 class _Query:
     """Calls for one device in one sample. Failures become reasons, kept per field."""
@@ -267,10 +284,10 @@ class NvmlReader:
             index=gpu.index,
             uuid=gpu.uuid,
             reserved_bytes=reserved,
-            utilization_pct=None if util is None else int(util.gpu),
-            memory_utilization_pct=None if util is None else int(util.memory),
-            temperature_c=None if temp is None else int(temp),
-            power_w=None if power_mw is None else power_mw / 1000.0,
+            utilization_pct=None if util is None else _whole(util.gpu),
+            memory_utilization_pct=None if util is None else _whole(util.memory),
+            temperature_c=_whole(temp),
+            power_w=None if _whole(power_mw) is None else power_mw / 1000.0,
             mig=mig,
             field_errors=tuple(q.errors.items()),
         )
@@ -298,12 +315,17 @@ class NvmlReader:
         if v2 is not None:
             m = q.get("memory_v2", nv.nvmlDeviceGetMemoryInfo, h, v2, quiet=True)
             if m is not None:
-                reserved = int(m.reserved)
-                return int(m.total), int(m.used) + reserved, int(m.free), reserved
+                total, used, free, reserved = _counts(q, m.total, m.used, m.free, m.reserved)
+                if total is None or used is None or free is None or reserved is None:
+                    return None
+                return total, used + reserved, free, reserved
         m = q.get("memory", nv.nvmlDeviceGetMemoryInfo, h)
         if m is None:
             return None
-        return int(m.total), int(m.used), int(m.free), None
+        total, used, free = _counts(q, m.total, m.used, m.free)
+        if total is None or used is None or free is None:
+            return None
+        return total, used, free, None
 
     def _mig(self, q: _Query, h: Any) -> tuple[MigReading, ...] | None:
         nv = self._nv
