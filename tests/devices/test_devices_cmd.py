@@ -122,6 +122,17 @@ def test_log_without_watch_writes_one_sample(eight_gpus: None, tmp_path: Path) -
     assert len(log.read_text().splitlines()) == 1
 
 
+def test_a_log_cut_mid_record_keeps_new_records_whole(eight_gpus: None, tmp_path: Path) -> None:
+    log = tmp_path / "cut.jsonl"
+    log.write_text('{"timestamp": 1}\n{"timestamp": 2, "dev')  # a killed writer's last line
+    assert run(["devices", "--json", "--log", str(log)]) == 0
+    lines = log.read_text().splitlines()
+    assert lines[:2] == ['{"timestamp": 1}', '{"timestamp": 2, "dev']
+    assert json.loads(lines[2])["devices"]  # the new record is a line of its own
+    assert run(["devices", "--json", "--log", str(log)]) == 0  # a whole log: no blank line
+    assert len(log.read_text().splitlines()) == 4
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

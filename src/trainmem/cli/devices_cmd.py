@@ -411,6 +411,7 @@ class _Log:
         self.path = path
         self.csv = path.lower().endswith(".csv")
         self.failed = False
+        self._newline_first = False
         with contextlib.suppress(OSError):  # missing: created below; unreadable: open says why
             _require_regular(path, os.stat(path).st_mode)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
@@ -426,6 +427,9 @@ class _Log:
             except OSError as err:
                 raise UsageError(f"cannot open log {path!r}: {err.strerror or err}") from None
             _require_regular(path, info.st_mode)
+            # A log cut off mid-record (a killed writer, a full disk) would glue its partial
+            # line to the first new record: start the new records on a line of their own.
+            self._newline_first = info.st_size > 0 and _last_byte(path, info.st_size) != b"\n"
             if self.csv and info.st_size == 0:
                 self._append(_csv_text([dict(zip(CSV_FIELDS, CSV_FIELDS, strict=True))]), None)
         except BaseException:
@@ -441,6 +445,8 @@ class _Log:
         self._append(text, written)
 
     def _append(self, text: str, written: int | None) -> None:
+        if self._newline_first:
+            text = "\n" + text
         data = memoryview(text.encode("utf-8"))
         start: int | None = None
         done = 0
@@ -451,6 +457,7 @@ class _Log:
                 if n <= 0:
                     raise OSError(errno.EIO, "short write")
                 done += n
+            self._newline_first = False
         except BaseException as err:
             self.failed = True
             if start is not None:
@@ -481,6 +488,20 @@ class _Log:
             error = error or err
         if error is not None and not self.failed:
             raise WriteError(f"cannot write log {self.path!r}: {error.strerror or error}")
+
+
+def _last_byte(path: str, size: int) -> bytes:
+    """The file's last byte (a newline if it cannot be read: then nothing is added)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError:
+        return b"\n"
+    try:
+        return os.pread(fd, 1, size - 1)
+    except OSError:
+        return b"\n"
+    finally:
+        os.close(fd)
 
 
 def _require_regular(path: str, mode: int) -> None:
