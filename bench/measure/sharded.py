@@ -262,49 +262,62 @@ def validate(models: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     os.environ["SHARDED_FSDP_MEM_TRACKER"] = "1"
     out = []
     entry = small(models["SmolLM2-135M"], 4)
-    for world in (2, 4):
-        for method in ("full", "lora"):
-            plan = sharded_plan(entry["name"], method, world, "full-shard", 2, True)
-            t0 = time.perf_counter()
-            ranks = real_run(entry, plan)
-            fake = _fake_run(entry, plan)
-            rec = record(entry, plan, fake, time.perf_counter() - t0)
-            rec["measured"]["real_ranks"] = ranks
-            out.append(rec)
-            peaks = [r.get("peak_allocated_bytes") for r in ranks]
-            print(
-                world,
-                method,
-                "real per rank",
-                peaks,
-                "fake",
-                fake["peak_allocated_bytes"],
-                "FSDPMemTracker fake",
-                fake.get("fsdp_mem_tracker_peak_bytes"),
-                flush=True,
-            )
+    for world, method in ((2, "full"), (2, "lora"), (4, "full")):
+        plan = sharded_plan(entry["name"], method, world, "full-shard", 2, True)
+        t0 = time.perf_counter()
+        ranks = real_run(entry, plan)
+        fake = _fake_run(entry, plan)
+        rec = record(entry, plan, fake, time.perf_counter() - t0)
+        rec["measured"]["real_ranks"] = ranks
+        out.append(rec)
+        peaks = [r.get("peak_allocated_bytes") for r in ranks]
+        print(
+            world,
+            method,
+            "real per rank",
+            peaks,
+            "fake",
+            fake["peak_allocated_bytes"],
+            "FSDPMemTracker fake",
+            fake.get("fsdp_mem_tracker_peak_bytes"),
+            flush=True,
+        )
+    os.environ.pop("SHARDED_FSDP_MEM_TRACKER")  # the grid runs one tracker
     return out
 
 
 def grid(models: dict[str, dict[str, Any]], quick: bool) -> list[tuple[dict[str, Any], Plan]]:
+    """Every world size for full and LoRA with checkpointing and full shard; checkpointing
+    off and no-reshard (reshard_after_forward=False) at 2, 8 and 64 ranks."""
     cases = []
     worlds = (1, 8, 64) if quick else WORLDS
     for name in MODELS:
         for world in worlds:
             for method in ("full", "lora"):
-                for gc_on in (True, False):
-                    for fsdp in ("full-shard", "shard-grad-op"):
-                        cases.append(
-                            (models[name], sharded_plan(name, method, world, fsdp, 2, gc_on))
-                        )
-    for world in (2, 8):  # FSDP1 where it runs
-        cases.append(
-            (
-                models["SmolLM2-135M"],
-                sharded_plan("SmolLM2-135M", "full", world, "full-shard", 1, True),
-            )
-        )
+                variants = [("full-shard", True)]
+                if world in (2, 8, 64):
+                    variants += [("full-shard", False), ("shard-grad-op", True)]
+                for fsdp, gc_on in variants:
+                    cases.append((models[name], sharded_plan(name, method, world, fsdp, 2, gc_on)))
+    for world in (2, 8):  # FSDP1 where it runs (torch 2.13 refuses a CPU-only process)
+        plan = sharded_plan("SmolLM2-135M", "full", world, "full-shard", 1, True)
+        cases.append((models["SmolLM2-135M"], plan))
     return cases
+
+
+def write(path: Path | None, records: list[dict[str, Any]]) -> None:
+    """The whole file, rewritten after each record (a long run keeps what it measured)."""
+    if path is None:
+        return
+    data = {
+        "machine": {**harness.machine("cpu"), "torch_threads": 1},
+        "versions": harness.versions(),
+        "command": ".measure-venv/bin/python bench/measure/sharded.py " + " ".join(sys.argv[1:]),
+        "notes": "FSDP per rank on a CPU: fake process group + FakeTensorMode, one process "
+        "standing for any rank; validated against real gloo runs (records with real_ranks)",
+        "records": records,
+    }
+    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def main() -> int:
@@ -317,6 +330,7 @@ def main() -> int:
     torch.set_num_threads(1)
     models = harness.load_models()
     records = validate(models) if args.validate else []
+    write(args.out, records)
     if not args.validate or args.out:
         for entry, plan in grid(models, args.quick):
             if args.only and args.only not in f"{entry['name']}/{plan.method}/w{plan.world}":
@@ -328,19 +342,10 @@ def main() -> int:
                 measured = {"error": f"{type(e).__name__}: {e}"[:1500], "execution": "fake"}
             rec = record(entry, plan, measured, time.perf_counter() - t0)
             records.append(rec)
+            write(args.out, records)
             print(
                 rec["id"], measured.get("peak_allocated_bytes", measured.get("error")), flush=True
             )
-    if args.out:
-        data = {
-            "machine": {**harness.machine("cpu"), "torch_threads": 1},
-            "versions": harness.versions(),
-            "command": "bench/measure/sharded.py " + " ".join(sys.argv[1:]),
-            "notes": "FSDP per rank on a CPU: fake process group + FakeTensorMode, one process "
-            "standing for any rank; validated against real gloo runs (records with real_ranks)",
-            "records": records,
-        }
-        args.out.write_text(json.dumps(data, indent=1) + "\n")
     return 0
 
 
