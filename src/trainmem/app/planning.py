@@ -70,10 +70,29 @@ def evaluate(plan: Plan, spec: ModelSpec, snapshot: Snapshot | None) -> Report:
     """Estimate and fit, no what-if: fast enough (~1 ms) to run on every keystroke.
 
     Raises PlanError for a bad plan and ValueError (from the device parser) for a bad device."""
-    return build_report(plan, spec, plan_targets(plan.device, snapshot), solve=False)
+    return build_report(
+        plan,
+        spec,
+        plan_targets(plan.device, snapshot),
+        solve=False,
+        node_ram_bytes=_ram(plan, snapshot),
+    )
 
 
 def solve(plan: Plan, spec: ModelSpec, snapshot: Snapshot | None) -> Report:
     """The full report, advice and what-if for the first device included (tens of ms): run it
     in a worker thread."""
-    return build_report(plan, spec, plan_targets(plan.device, snapshot), solve=True)
+    return build_report(
+        plan,
+        spec,
+        plan_targets(plan.device, snapshot),
+        solve=True,
+        node_ram_bytes=_ram(plan, snapshot),
+    )
+
+
+def _ram(plan: Plan, snapshot: Snapshot | None) -> int | None:
+    """This machine's RAM as the node's, when the plan is for this machine (``auto``)."""
+    if snapshot is None or "auto" not in plan.device.lower():
+        return None
+    return next((d.usable_bytes for d in snapshot.devices if d.kind == "system"), None)

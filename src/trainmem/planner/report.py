@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainmem.core.architecture import ModelSpec
@@ -29,6 +29,9 @@ class WhatIf:
     max_seq_len: int | None
     max_batch: int | None
     largest_model: dict[str, str | None]
+    # Per strategy and stage, the fewest GPUs per node whose per-GPU peak fits (None: none up
+    # to the search's limit); empty for a plan on one GPU that fits it.
+    fewest_gpus: dict[str, int | None] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -36,6 +39,7 @@ class WhatIf:
             "max_seq_len": self.max_seq_len,
             "max_batch": self.max_batch,
             "largest_catalogue_model": dict(self.largest_model),
+            "fewest_gpus": dict(self.fewest_gpus),
         }
 
 
@@ -220,6 +224,11 @@ def build_report(
         max_seq_len=whatif.max_seq_len(plan, spec, usable, kind),
         max_batch=whatif.max_batch(plan, spec, usable, kind),
         largest_model=whatif.largest_model(plan, usable, models, kind),
+        fewest_gpus=(
+            whatif.fewest_gpus(plan, spec, usable, kind)
+            if plan.world > 1 or not fits[0].fits
+            else {}
+        ),
     )
     advice = whatif.advice(plan, spec, usable, models, kind)
     return Report(est, tuple(targets), fits, tuple(advice), answers, host)

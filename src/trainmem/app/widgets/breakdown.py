@@ -20,6 +20,8 @@ from trainmem.app.widgets.bars import legend, stacked_bar, verdict_text
 from trainmem.app.widgets.devices import AtWidth, short_device_name
 from trainmem.core.estimator import Estimate
 from trainmem.core.fit import FitResult
+from trainmem.core.plan import Plan
+from trainmem.core.sharding import layout
 from trainmem.core.units import fmt_bytes, fmt_count
 from trainmem.planner.report import Report, WhatIf, download_size
 
@@ -38,14 +40,80 @@ def summary_text(est: Estimate) -> Text:
     out.append(short_model(spec.name), style="bold")
     out.append(f"  {fmt_count(params)} params · {fmt_count(est.trainable_params)} trainable")
     if params:
-        out.append(f" ({100 * est.trainable_params / params:.2g}%)")
+        out.append(f" ({100 * est.trainable_params / params:.3g}%)")
     method = plan.method.upper() if plan.method != "full" else "full fine-tune"
     if plan.trains_adapter:
         method += f" r{plan.lora_rank} {plan.lora_targets}"
     out.append(f"\n{method} · {plan.precision} · {plan.optimizer} · {plan.seq_len:,} tok × ")
     out.append(f"{plan.batch} · ckpt {'on' if plan.grad_ckpt else 'off'}")
-    if plan.gpus > 1 or plan.zero:
-        out.append(f" · {plan.gpus} GPUs ZeRO-{plan.zero}")
+    if plan.world > 1 or plan.sharding != "ddp":
+        out.append(f" · {sharding_label(plan)}")
+    if plan.stack != "trainer" or plan.loss_kind != "standard":
+        out.append(f" · {plan.stack} stack, {plan.loss_kind} loss")
+    return out
+
+
+def sharding_label(plan: Plan) -> str:
+    """8 GPUs x 2 nodes, FSDP2 full-shard / ZeRO-3 offload optimizer / DDP."""
+    where = f"{plan.gpus} GPU{'s' * (plan.gpus != 1)}"
+    if plan.nodes > 1:
+        where += f" × {plan.nodes} nodes"
+    if plan.sharding == "fsdp":
+        how = f"FSDP{plan.fsdp_version} {plan.fsdp}"
+    elif plan.sharding == "zero":
+        how = f"ZeRO-{plan.zero}" + (f" offload {plan.offload}" if plan.offload != "none" else "")
+    else:
+        how = "DDP"
+    return f"{where}, {how}"
+
+
+def sharding_text(report: Report) -> Text:
+    """Per GPU: which parts are divided over the GPUs and which every GPU holds whole, and the
+    node's host RAM (offloaded states, loading the model) against its RAM."""
+    est = report.estimate
+    plan = est.plan
+    out = Text()
+    if plan.world > 1 or plan.sharding != "ddp":
+        lay = layout(plan)
+        sharded = [
+            name
+            for name, on in (
+                ("weights", lay.weights),
+                ("gradients", lay.gradients),
+                ("optimizer state", lay.optimizer),
+            )
+            if on
+        ]
+        out.append(f"Per GPU of {plan.world}: ", style="dim")
+        out.append(f"sharded over {lay.shard}: " if sharded else "nothing sharded")
+        if sharded:
+            out.append(", ".join(sharded), style="bold")
+        out.append(" · whole on every GPU: ", style="dim")
+        whole = [n for n in ("weights", "gradients", "optimizer state") if n not in sharded]
+        out.append(", ".join([*whole, "activations", "logits"]))
+        extra = []
+        if est.gathered_bytes:
+            extra.append(f"gathered layers {fmt_bytes(est.gathered_bytes)} (in weights)")
+        if est.bucket_bytes:
+            extra.append(f"communication buckets {fmt_bytes(est.bucket_bytes)} (in gradients)")
+        if extra:
+            out.append("\n" + " · ".join(extra), style="dim")
+    host = report.host_fit
+    if est.host_bytes_per_node and (out or est.host_offloaded_bytes):
+        if out:
+            out.append("\n")
+        out.append("Node RAM needs ", style="dim")
+        out.append(fmt_bytes(est.host_bytes_per_node), style="bold")
+        parts = []
+        if est.host_offloaded_bytes:
+            parts.append(f"offloaded {fmt_bytes(est.host_offloaded_bytes)}")
+        if est.host_loading_bytes:
+            parts.append(f"loading the model {fmt_bytes(est.host_loading_bytes)}")
+        if parts:
+            out.append(f" ({', '.join(parts)})", style="dim")
+        if host is not None:
+            out.append(f" of {fmt_bytes(host.usable_bytes)}: ")
+            out.append(verdict_text(host.verdict))
     return out
 
 
@@ -125,6 +193,11 @@ def whatif_text(answers: WhatIf) -> Text:
     out.append(f"{seq:,} tokens" if seq else "none fits", style="bold")
     out.append(" · largest batch ")
     out.append(f"{batch}" if batch else "none fits", style="bold")
+    if answers.fewest_gpus:
+        out.append("\nfewest GPUs per node that fit: ", style="dim")
+        out.append(
+            " · ".join(f"{name} {n if n else '—'}" for name, n in answers.fewest_gpus.items())
+        )
     largest = answers.largest_model
     if largest:
         out.append("\nlargest catalogue model: ", style="dim")
@@ -180,6 +253,7 @@ class Breakdown(Vertical):
         yield EstimateBar(id="estimate-bar")
         yield Static(id="peaks", markup=False)
         yield Static(id="fit", markup=False)
+        yield Static(id="sharding", markup=False)
         yield Static(id="whatif", markup=False)
         yield Static(id="advice", markup=False)
         yield Static(id="notes", markup=False)
@@ -190,6 +264,9 @@ class Breakdown(Vertical):
         self.query_one(EstimateBar).show(est)
         self.query_one("#peaks", Static).update(peaks_text(est))
         self.query_one("#fit", Static).update(fit_text(report))
+        shards = sharding_text(report)
+        self.query_one("#sharding", Static).update(shards)
+        self.query_one("#sharding", Static).display = bool(shards)
         solving = bool(report.fit)
         self.query_one("#whatif", Static).update(
             Text("Working out what fits…", style="dim") if solving else ""
