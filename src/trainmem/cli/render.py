@@ -65,6 +65,18 @@ def render_report(report: Report, console: Console | None = None) -> None:
                 f", {room} {fmt_bytes(abs(fit.headroom_bytes))} (judged on {judged})",
             )
         )
+    host = report.host_fit
+    if host is not None and (plan.world > 1 or est.host_offloaded_bytes):
+        verdict = Text(host.verdict.upper(), style=VERDICT_STYLE[host.verdict])
+        console.print(
+            Text.assemble(
+                f"node RAM (usable {fmt_bytes(host.usable_bytes)}) for "
+                f"{fmt_bytes(est.host_bytes_per_node)} (offloaded "
+                f"{fmt_bytes(est.host_offloaded_bytes)}, loading "
+                f"{fmt_bytes(est.host_loading_bytes)}): ",
+                verdict,
+            )
+        )
     w = report.what_if
     if w is not None:
         seq, batch = w.max_seq_len, w.max_batch
@@ -76,6 +88,9 @@ def render_report(report: Report, console: Console | None = None) -> None:
         if largest:
             best = ", ".join(f"{m} {largest[m] or 'none'}" for m in largest)
             console.print(f"largest catalogue model that fits there: {best}")
+        if w.fewest_gpus:
+            fewest = ", ".join(f"{name} {n or 'none'}" for name, n in w.fewest_gpus.items())
+            console.print(f"fewest GPUs per node that fit there: {fewest}")
     if report.advice:
         console.print("[bold]To make it fit, in the guide's order:[/bold]")
         for i, a in enumerate(report.advice, 1):
