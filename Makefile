@@ -1,5 +1,5 @@
 # `make run` opens the dashboard, `make test` runs every check; each sets itself up first.
-.PHONY: run test screenshots accuracy measure
+.PHONY: run test screenshots accuracy measure measure-sharded
 
 run:
 	./scripts/run.sh $(ARGS)
@@ -15,7 +15,8 @@ accuracy:
 	./scripts/run.sh --version >/dev/null && .venv/bin/python bench/accuracy/compare.py \
 		bench/results/measure-cpu.json bench/results/measure-cpu-moe.json \
 		bench/results/measure-cpu-stacks.json bench/results/measure-cpu-nodq.json \
-		bench/results/measure-cpu-real-stacks.json --out docs/accuracy.md
+		bench/results/measure-cpu-real-stacks.json bench/results/measure-cpu-sharded.json \
+		--out docs/accuracy.md
 
 # Re-measure real training steps on CPU (installs torch's CPU wheel into .measure-venv).
 measure:
@@ -26,3 +27,8 @@ measure:
 	.measure-venv/bin/python bench/measure/harness.py --subset stacks --out bench/results/measure-cpu-stacks.json
 	.measure-venv/bin/python bench/measure/harness.py --subset quant --out bench/results/measure-cpu-nodq.json
 	.measure-venv/bin/python bench/measure/real_stacks.py --threads 1 --out bench/results/measure-cpu-real-stacks.json
+
+# Re-measure sharded (FSDP2) steps per rank on CPU: fake process group + FakeTensorMode,
+# validated against real 2- and 4-process gloo runs first (~40 min on 2 shared cores).
+measure-sharded:
+	.measure-venv/bin/python bench/measure/sharded.py --validate --out bench/results/measure-cpu-sharded.json
