@@ -145,11 +145,11 @@ def test_unmodelled_keys_are_named_and_unknown_ones_suggested(tmp_path):
     assert plan.unmodelled == (
         f"{name}:4 optimizer (optimizer 'galore_adamw' is not modelled: planned with the default)",
         f"{name}:5 attn_implementation (attention 'xformers'; planned as sdpa)",
-        f"{name}:2 fsdp_config (FSDP sharding (issue 10))",
         f"{name}:3 torch_compile (compile workspace)",
         f"{name}:7 liger_rms_norm (Liger layer kernels)",
     )
     assert plan.values["optimizer"] == "adamw"  # the default, never a guess
+    assert (plan.values["strategy"], plan.values["fsdp_version"]) == ("fsdp", 2)
     assert plan.notes == (
         f"{name}:8 micro_batchsize: unknown key, ignored (did you mean micro_batch_size?)",
     )

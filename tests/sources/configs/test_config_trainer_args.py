@@ -97,9 +97,13 @@ def test_training_arguments_json(tmp_path):
         "precision": "bf16",
         "optimizer": "adamw-4bit",
         "loss": "fused",
+        "strategy": "fsdp",
+        "fsdp": "full-shard",
+        "fsdp_version": 2,
     }
     assert plan.origins["batch"] == f"{path}:3 per_device_train_batch_size"
-    assert plan.unmodelled == (f"{path}:11 fsdp (FSDP sharding (issue 10))",)
+    assert plan.origins["fsdp"] == f"{path}:11 fsdp"
+    assert plan.unmodelled == ()
     assert any("names no model" in n for n in plan.notes)
 
 

@@ -40,9 +40,9 @@ _ATTN = {
     "flex_attention": "flex",
 }
 _UNMODELLED = {
-    "fsdp": "FSDP sharding (issue 10)",
-    "fsdp_config": "FSDP sharding (issue 10)",
-    "fsdp_version": "FSDP sharding (issue 10)",
+    "fsdp": "the deprecated fsdp: list form; use fsdp_config",
+    "fsdp_config.activation_checkpointing": "FSDP's own activation checkpointing",
+    "fsdp_config.mixed_precision_policy": "an FSDP mixed-precision policy",
     "torch_compile": "compile workspace",
     "chunked_cross_entropy": "axolotl's chunked CE still builds bf16 logits",
     "context_parallel_size": "context parallelism",
@@ -88,6 +88,8 @@ _KNOWN = (
     "optimizer",
     "attn_implementation",
     "deepspeed",
+    "fsdp_config",
+    "fsdp_version",
     "plugins",
     "liger_fused_linear_cross_entropy",
     "cut_cross_entropy",
@@ -127,10 +129,43 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
         r.default("optimizer", "adamw", f"{SCHEMAS}/training.py:122 adamw_torch_fused")
     _attention(r)
     _loss(r)
+    _fsdp(r)
     r.unmodelled_present(_UNMODELLED)
     _deepspeed(r, read_file)
     r.typos(_KNOWN)
     return r.result()
+
+
+def _fsdp(r: Reading) -> None:
+    """``fsdp_config`` (src/axolotl/utils/schemas/fsdp.py, 067b021), handed to accelerate's FSDP
+    plugin as environment variables (utils/trainer.py setup_fsdp_envs): FSDP_VERSION only
+    for version 2 (else accelerate's 1), FSDP_RESHARD_AFTER_FORWARD only when true (else
+    accelerate's full shard), offload_params, cpu_ram_efficient_loading."""
+    doc = r.doc
+    config = doc.lookup("fsdp_config")
+    if not isinstance(config, dict) or not config:  # axolotl sets up FSDP only when given
+        return
+    r.set("strategy", "fsdp", "fsdp_config")
+    for key in ("fsdp_version", "fsdp_config.fsdp_version", "fsdp_config.version"):
+        version = doc.integer(key)
+        if version is not None:
+            if version not in (1, 2):
+                raise doc.error(key, f"{version} is not 1 or 2")
+            r.set("fsdp_version", version, key)
+            break
+    else:
+        r.default("fsdp_version", 1, "accelerate/utils/dataclasses.py:1831 (no FSDP_VERSION)")
+    if doc.flag("fsdp_config.reshard_after_forward") is False:
+        r.set("fsdp", "shard-grad-op", "fsdp_config.reshard_after_forward")
+    elif doc.flag("fsdp_config.reshard_after_forward"):
+        r.set("fsdp", "full-shard", "fsdp_config.reshard_after_forward")
+    else:
+        r.default("fsdp", "full-shard", "accelerate/utils/dataclasses.py:1859")
+    if doc.flag("fsdp_config.offload_params"):
+        r.set("offload", "params", "fsdp_config.offload_params")
+    efficient = doc.flag("fsdp_config.cpu_ram_efficient_loading")
+    if efficient is not None:
+        r.set("ram_efficient_loading", efficient, "fsdp_config.cpu_ram_efficient_loading")
 
 
 def _stage(doc: Doc) -> None:

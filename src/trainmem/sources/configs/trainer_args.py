@@ -74,8 +74,7 @@ _ATTN = {
 }
 _DTYPES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 _UNMODELLED = {
-    "fsdp": "FSDP sharding (issue 10)",
-    "fsdp_config": "FSDP sharding (issue 10)",
+    "fsdp_config.activation_checkpointing": "FSDP's own activation checkpointing",
     "torch_compile": "compile workspace",
     "activation_offloading": "TRL's activation offloading",
     "auto_find_batch_size": "the batch is searched at run time",
@@ -118,6 +117,7 @@ def read(doc: Doc, read_file: ReadFile, *, trl: bool | None = None) -> ConfigPla
         r.default("optimizer", "adamw", "transformers/training_args.py:806-814, torch >= 2.8")
     _loss(r, trl)
     _attention(r)
+    _fsdp(r)
     r.unmodelled_present(_UNMODELLED)
     deepspeed = doc.lookup("deepspeed")
     if isinstance(deepspeed, str) and deepspeed.strip():
@@ -355,3 +355,60 @@ def _attention(r: Reading) -> None:
         else:
             r.set("attn", attn, key)
         return
+
+
+# The legacy `fsdp` words (transformers/trainer_utils.py FSDPOption) as sharding choices.
+_FSDP_WORDS = {
+    "full_shard": "full-shard",
+    "shard_grad_op": "shard-grad-op",
+    "hybrid_shard": "hybrid-shard",
+    "hybrid_shard_zero2": "hybrid-shard",
+    "no_shard": "no-shard",
+}
+
+
+def _fsdp(r: Reading) -> None:
+    """``fsdp`` (True, or the legacy words) and ``fsdp_config``, as transformers 5.24 builds
+    accelerate's FSDP plugin from them (training_args.py _process_fsdp_args and the legacy
+    translation below it): version 2 unless fsdp_config.version says 1, reshard_after_forward
+    True unless set (FSDP2: full shard), cpu_offload, cpu_ram_efficient_loading."""
+    doc = r.doc
+    fsdp = doc.lookup("fsdp")
+    if not fsdp or fsdp in ("false", "False"):
+        return
+    r.set("strategy", "fsdp", "fsdp")
+    version = doc.integer("fsdp_config.version")
+    if version is None:
+        r.default("fsdp_version", 2, "transformers/training_args.py:2826")
+        version = 2
+    elif version not in (1, 2):
+        raise doc.error("fsdp_config.version", f"{version} is not 1 or 2")
+    else:
+        r.set("fsdp_version", version, "fsdp_config.version")
+    words = fsdp.split() if isinstance(fsdp, str) else list(fsdp) if isinstance(fsdp, list) else []
+    for word in words:
+        word = str(word).lower()
+        if word in _FSDP_WORDS:
+            r.set("fsdp", _FSDP_WORDS[word], "fsdp")
+            if word == "hybrid_shard_zero2":
+                r.unmodelled_key("fsdp", "hybrid_shard_zero2 is planned as hybrid-shard")
+        elif word == "offload":
+            r.set("offload", "params", "fsdp")
+        elif word != "auto_wrap":
+            raise doc.error("fsdp", f"{word!r} is not an FSDP option")
+    reshard = doc.lookup("fsdp_config.reshard_after_forward")
+    if isinstance(reshard, bool):
+        r.set(
+            "fsdp",
+            "full-shard" if reshard else "shard-grad-op",
+            "fsdp_config.reshard_after_forward",
+        )
+    elif isinstance(reshard, str) and reshard.lower() in _FSDP_WORDS:
+        r.set("fsdp", _FSDP_WORDS[reshard.lower()], "fsdp_config.reshard_after_forward")
+    elif "fsdp" not in r.values:
+        r.default("fsdp", "full-shard", "transformers/training_args.py:2860")
+    if doc.flag("fsdp_config.cpu_offload"):
+        r.set("offload", "params", "fsdp_config.cpu_offload")
+    efficient = doc.flag("fsdp_config.cpu_ram_efficient_loading")
+    if efficient is not None:
+        r.set("ram_efficient_loading", efficient, "fsdp_config.cpu_ram_efficient_loading")

@@ -1,0 +1,62 @@
+"""FSDP in the training configs themselves: axolotl's fsdp_config and the Trainer's fsdp /
+fsdp_config, mapped to the sharding fields with their frameworks' defaults."""
+
+import pytest
+from config_helpers import read
+
+from trainmem.core.errors import PlanError
+
+AXOLOTL = """
+base_model: Qwen/Qwen2.5-7B
+sequence_len: 2048
+fsdp_version: 2
+fsdp_config:
+  offload_params: true
+  cpu_ram_efficient_loading: true
+  reshard_after_forward: false
+  activation_checkpointing: true
+"""
+
+
+def test_axolotl_fsdp_config(tmp_path):
+    plan = read(tmp_path, "fsdp.yml", AXOLOTL)
+    v = plan.values
+    assert (v["strategy"], v["fsdp_version"], v["fsdp"]) == ("fsdp", 2, "shard-grad-op")
+    assert v["offload"] == "params" and v["ram_efficient_loading"] is True
+    assert plan.origins["fsdp"].endswith("fsdp_config.reshard_after_forward")
+    assert any("fsdp_config.activation_checkpointing" in u for u in plan.unmodelled)
+
+
+def test_axolotl_fsdp_defaults_are_accelerates(tmp_path):
+    plan = read(tmp_path, "fsdp.yml", "base_model: Qwen/Qwen2.5-7B\nfsdp_config: {}\n")
+    assert "strategy" not in plan.values  # an empty fsdp_config is not FSDP
+    plan = read(
+        tmp_path, "fsdp.yml", "base_model: Qwen/Qwen2.5-7B\nfsdp_config:\n  offload_params: false\n"
+    )
+    assert (plan.values["fsdp_version"], plan.values["fsdp"]) == (1, "full-shard")
+    assert "accelerate" in plan.origins["fsdp_version"]
+
+
+def test_trainer_fsdp_words_and_config(tmp_path):
+    plan = read(
+        tmp_path,
+        "args.json",
+        '{"per_device_train_batch_size": 2, "fsdp": "hybrid_shard offload auto_wrap",'
+        ' "fsdp_config": {"version": 1, "cpu_ram_efficient_loading": true}}',
+    )
+    v = plan.values
+    assert (v["strategy"], v["fsdp_version"], v["fsdp"]) == ("fsdp", 1, "hybrid-shard")
+    assert v["offload"] == "params" and v["ram_efficient_loading"] is True
+
+
+def test_trainer_fsdp_true_defaults_to_fsdp2_full_shard(tmp_path):
+    plan = read(tmp_path, "args.json", '{"per_device_train_batch_size": 2, "fsdp": true}')
+    assert (plan.values["fsdp_version"], plan.values["fsdp"]) == (2, "full-shard")
+    assert "training_args.py:2826" in plan.origins["fsdp_version"]
+
+
+def test_an_unknown_fsdp_word_is_one_line(tmp_path):
+    with pytest.raises(PlanError, match="'shard_everything' is not an FSDP option"):
+        read(
+            tmp_path, "args.json", '{"per_device_train_batch_size": 2, "fsdp": "shard_everything"}'
+        )
