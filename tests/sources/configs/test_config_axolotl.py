@@ -37,6 +37,7 @@ def test_every_key_maps_to_its_field(tmp_path):
         "method": "qlora",
         "quant": "nf4",
         "double_quant": True,
+        "kbit_prep": True,
         "lora_rank": 32,
         "lora_alpha": 64.0,
         "lora_dropout": 0.05,
@@ -56,6 +57,7 @@ def test_every_key_maps_to_its_field(tmp_path):
     assert plan.origins["batch"] == f"{name}:11 micro_batch_size"
     assert plan.origins["ckpt_offload"] == f"{name}:12 gradient_checkpointing"
     assert plan.origins["quant"] == "axolotl 067b021 default (src/axolotl/loaders/model.py:719)"
+    assert "_prepare_model_for_quantization" in plan.origins["kbit_prep"]
     # learning_rate and logging_steps change no memory: not mentioned anywhere
     assert plan.unmodelled == () and plan.notes == ()
 

@@ -60,3 +60,13 @@ def test_an_unknown_fsdp_word_is_one_line(tmp_path):
         read(
             tmp_path, "args.json", '{"per_device_train_batch_size": 2, "fsdp": "shard_everything"}'
         )
+
+
+def test_axolotl_qlora_under_fsdp_skips_kbit_prep(tmp_path):
+    plan = read(
+        tmp_path,
+        "q.yml",
+        "base_model: Qwen/Qwen2.5-7B\nadapter: qlora\nload_in_4bit: true\n"
+        "lora_target_linear: true\nfsdp_config:\n  fsdp_version: 2\n",
+    )
+    assert plan.values["kbit_prep"] is False and "under FSDP" in plan.origins["kbit_prep"]

@@ -39,6 +39,7 @@ _ATTN = {
     "flash_attention_2": "flash-attention-2",
     "flex_attention": "flex",
 }
+LOADERS = "src/axolotl/loaders/model.py"
 _UNMODELLED = {
     "fsdp": "the deprecated fsdp: list form; use fsdp_config",
     "fsdp_config.activation_checkpointing": "FSDP's own activation checkpointing",
@@ -206,9 +207,11 @@ def _method(r: Reading) -> None:
             raise doc.error("adapter", "qlora needs load_in_4bit: true (and not load_in_8bit)")
         r.set("method", "qlora", "adapter")
         _quant(r)
+        _kbit_prep(r, adapter)
     elif adapter == "lora" and eight:  # loaders/model.py:740-744: LoRA on LLM.int8
         r.set("method", "qlora", "load_in_8bit")
         r.set("quant", "int8", "load_in_8bit")
+        _kbit_prep(r, adapter)
     elif adapter == "lora":
         r.set("method", "lora", "adapter")
         if four:
@@ -219,6 +222,19 @@ def _method(r: Reading) -> None:
     else:
         raise doc.error("adapter", f"{adapter!r} is not planned (lora or qlora)")
     _lora(r)
+
+
+def _kbit_prep(r: Reading, adapter: str) -> None:
+    """axolotl runs PEFT's prepare_model_for_kbit_training on a quantized LoRA / QLoRA base
+    unless QLoRA runs under FSDP or FSDP loads RAM-efficiently (src/axolotl/loaders/model.py
+    _prepare_model_for_quantization, 067b021; it also skips it under ZeRO-3 and for LoRA on
+    Qwen, which this reader cannot see)."""
+    fsdp = r.doc.lookup("fsdp_config")
+    efficient = isinstance(fsdp, dict) and bool(fsdp.get("cpu_ram_efficient_loading"))
+    if (isinstance(fsdp, dict) and fsdp and adapter == "qlora") or efficient:
+        r.default("kbit_prep", False, f"{LOADERS} _prepare_model_for_quantization, under FSDP")
+    else:
+        r.default("kbit_prep", True, f"{LOADERS} _prepare_model_for_quantization")
 
 
 def _quant(r: Reading) -> None:
