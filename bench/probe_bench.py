@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {100 * isolated / step:.3f}% of the step",
         f"A/B median step difference: {ab * 1e3:+.3f} ms = {100 * ab / step:+.2f}%"
         " (noise included)",
-        f"reproduce: .measure-venv/bin/python bench/probe_bench.py --steps {ns.steps}"
+        f"reproduce: .venv/bin/python bench/probe_bench.py --steps {ns.steps}"
         f" --rounds {ns.rounds} --out bench/results/probe_bench.txt",
     ]
     text = "\n".join(lines) + "\n"
