@@ -42,6 +42,9 @@ STRATEGIES = ("ddp", "fsdp", "zero")
 FSDP_SHARDING = ("full-shard", "shard-grad-op", "hybrid-shard", "no-shard")
 AUTO = -1  # a DeepSpeed bucket left to the Trainer ("auto": sized from hidden_size)
 LORA_MODULES = ("q", "k", "v", "o", "gate", "up", "down")
+# The decoder's linear layers by their transformers names (Llama, Qwen, Mistral, Gemma...),
+# as PEFT's target_modules and the training configs write them.
+HF_LINEAR_NAMES = {f"{m}_proj": m for m in LORA_MODULES}
 LORA_PRESETS = {"all-linear": LORA_MODULES, "attention": ("q", "k", "v", "o")}
 
 

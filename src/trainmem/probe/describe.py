@@ -14,18 +14,9 @@ import socket
 from importlib import metadata
 from typing import Any
 
+from trainmem.core.plan import HF_LINEAR_NAMES, LORA_MODULES, SAVABLE_MODULES
 from trainmem.core.run_log import DESCRIBED
 
-# PEFT's target module names (Llama-style) to the plan's short names.
-_TARGETS = {
-    "q_proj": "q",
-    "k_proj": "k",
-    "v_proj": "v",
-    "o_proj": "o",
-    "gate_proj": "gate",
-    "up_proj": "up",
-    "down_proj": "down",
-}
 _DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 # Optimizer classes (module.Class) to the plan's optimizers; torch's AdamW by its flags below.
 _OPTIMIZERS = {
@@ -125,14 +116,13 @@ def _adapter(cfg: Any) -> dict[str, Any]:
     if isinstance(targets, str) and targets == "all-linear":
         out["lora_targets"] = "all-linear"
     elif targets:
-        names = [_TARGETS.get(str(t).rsplit(".", 1)[-1]) for t in targets]
+        names = [HF_LINEAR_NAMES.get(str(t).rsplit(".", 1)[-1]) for t in targets]
         known = [n for n in names if n is not None]
         if len(known) == len(names):  # other module names: the plan cannot say them
-            order = list(_TARGETS.values())
-            out["lora_targets"] = ",".join(sorted(set(known), key=order.index))
+            out["lora_targets"] = ",".join(m for m in LORA_MODULES if m in known)
     saved = getattr(cfg, "modules_to_save", None)
     if saved:
-        out["modules_to_save"] = ",".join(m for m in saved if m in ("embed_tokens", "lm_head"))
+        out["modules_to_save"] = ",".join(m for m in saved if m in SAVABLE_MODULES)
     return out
 
 

@@ -4,20 +4,12 @@ turned into the plan's ``lora_targets`` and ``modules_to_save`` text."""
 from __future__ import annotations
 
 from trainmem.core.errors import PlanError
+from trainmem.core.plan import HF_LINEAR_NAMES, SAVABLE_MODULES
 from trainmem.sources.configs.common import FIELD, Reading
 
-# The decoder's linear layers by their transformers names (Llama, Qwen, Mistral, Gemma...).
-_MODULES = {
-    "q_proj": "q",
-    "k_proj": "k",
-    "v_proj": "v",
-    "o_proj": "o",
-    "gate_proj": "gate",
-    "up_proj": "up",
-    "down_proj": "down",
-}
+_MODULES = HF_LINEAR_NAMES  # transformers names -> the plan's short ones
 _ALL = ("all-linear", "all_linear", "all")  # PEFT's "all-linear", LLaMA-Factory's "all"
-SAVABLE = ("embed_tokens", "lm_head")
+SAVABLE = SAVABLE_MODULES
 
 
 def set_targets(r: Reading, key: str, names: list[str]) -> None:
