@@ -185,7 +185,7 @@ class TrainmemApp(App[None]):
 
         self.run_pollers = [RunLogPoller(p) for p in self._run_logs]
         if self._find_processes:
-            self.process_poller = ProcessPoller(self._gpus_sampled)
+            self.process_poller = ProcessPoller(self._processes_wanted)
         if self.watches or self.run_pollers or self.process_poller is not None:
             self._start_watching()
         if self._data is not None:
@@ -339,9 +339,12 @@ class TrainmemApp(App[None]):
         else:
             self._open_plans(path, session=False, keep=False)
 
-    def _gpus_sampled(self) -> bool:
-        snapshot = self.state.snapshot  # read from the polling thread: one reference
-        return snapshot is not None and any(d.kind == "gpu" for d in snapshot.devices)
+    def _processes_wanted(self) -> bool:
+        """Read from the polling thread: two references, no widget."""
+        if self.current_mode != "monitor":
+            return False
+        snapshot = self.state.snapshot
+        return snapshot is None or not any(d.kind == "gpu" for d in snapshot.devices)
 
     def watch_run_log(self, path: str | Path) -> None:
         """Tail one more probe log (the monitor's action)."""

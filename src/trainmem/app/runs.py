@@ -68,18 +68,19 @@ def _calibrations() -> dict[str, Any]:
 
 
 class ProcessPoller:
-    """Training processes by RSS, looked for only while no GPU is sampled (NVML then names
-    the processes itself)."""
+    """Training processes by RSS, looked for only while ``wanted()`` (the monitor is open
+    and no GPU is sampled: NVML names the processes itself), since a scan of every process
+    each second costs CPU and memory a dashboard left open should not pay."""
 
-    def __init__(self, has_gpus: Callable[[], bool]) -> None:
+    def __init__(self, wanted: Callable[[], bool]) -> None:
         self._finder: Any = None  # made on the polling thread (it imports psutil)
-        self._has_gpus = has_gpus
+        self._wanted = wanted
         self._last: list[tuple[int, int]] | None = None
 
     def __call__(self) -> list[TrainingProcess] | None:
         from trainmem.devices.processes import ProcessFinder
 
-        if self._has_gpus():
+        if not self._wanted():
             return None
         if self._finder is None:
             self._finder = ProcessFinder()

@@ -30,7 +30,13 @@ from trainmem.core.sharding import (
     layout,
     zero_buckets,
 )
-from trainmem.core.states import States, model_states, saved_module_bytes, trainable_matrices
+from trainmem.core.states import (
+    States,
+    model_states,
+    saved_module_bytes,
+    stored_weight_bytes,
+    trainable_matrices,
+)
 from trainmem.core.target import TargetKind
 from trainmem.core.units import fmt_bytes
 
@@ -298,9 +304,7 @@ def _layer_trainable(
 
 def _unsharded_weight_bytes(plan: Plan, spec: ModelSpec) -> int:
     """The whole model's weights as stored (what a shard is a part of)."""
-    return model_states(
-        spec, replace(plan, strategy="ddp", zero=0, offload="none", gpus=1, nodes=1), dtypes(plan)
-    ).weights
+    return stored_weight_bytes(spec, plan, dtypes(plan))
 
 
 def _cache_held(s: Step, layers_freed: int) -> int:

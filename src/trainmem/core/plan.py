@@ -12,6 +12,7 @@ gradient checkpointing on (TRL's SFTConfig default), SDPA attention, 2048 tokens
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from trainmem.core.errors import PlanError
@@ -482,12 +483,12 @@ class Plan:
             modules_to_save=",".join(parse_saved_modules(plan.modules_to_save)),
         )
 
-    @property
+    @cached_property
     def training(self) -> Method:
         """The method's record (raises PlanError for an unknown method)."""
         return method_record(self.method)
 
-    @property
+    @cached_property
     def tooling(self) -> Stack:
         """The stack's record (raises PlanError for an unknown stack)."""
         return stack_record(self.stack)
@@ -508,7 +509,7 @@ class Plan:
             return True
         return self.precision.endswith("-mixed") and self.tooling.fp32_base_under_autocast
 
-    @property
+    @cached_property
     def saved_modules(self) -> tuple[str, ...]:
         """PEFT modules_to_save: modules trained in full beside the adapter (LoRA only)."""
         return parse_saved_modules(self.modules_to_save) if self.trains_adapter else ()
@@ -533,7 +534,7 @@ class Plan:
     def trains_adapter(self) -> bool:
         return self.training.trains_adapter
 
-    @property
+    @cached_property
     def target_modules(self) -> tuple[str, ...]:
         return parse_lora_targets(self.lora_targets)
 

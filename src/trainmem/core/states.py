@@ -194,16 +194,20 @@ def _optimizer_temp(
     return 0  # fused AdamW, 8-bit AdamW and SGD update in place
 
 
+def stored_weight_bytes(spec: ModelSpec, plan: Plan, dt: Dtypes) -> int:
+    """The whole model's weights as loaded on one process, before any sharding."""
+    if plan.training.quantized_base:
+        q_elems = spec.layers * spec.layer_weight_elements
+        other = spec.params - q_elems  # embeddings, lm_head, norms and biases stay unquantized
+        return quantized_weight_bytes(spec, plan) + other * dt.resid
+    return spec.params * dt.weight
+
+
 def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
     mats = trainable_matrices(spec, plan)
     trainable = sum(m.numel for m in mats)
     params = spec.params
-    if plan.training.quantized_base:
-        q_elems = spec.layers * spec.layer_weight_elements
-        other = params - q_elems  # embeddings, lm_head, norms and biases stay unquantized
-        weights = quantized_weight_bytes(spec, plan) + other * dt.resid
-    else:
-        weights = params * dt.weight
+    weights = stored_weight_bytes(spec, plan, dt)
     adapter = trainable * dt.trainable if plan.trains_adapter else 0
     gradients = trainable * dt.trainable
     embedding_32bit = plan.tooling.embedding_32bit_states
