@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from app_helpers import plain, settle
-from textual.widgets import Input, Static
+from textual.widgets import Collapsible, Input, Static
 
 from trainmem.app import TrainmemApp
 from trainmem.app.fixture import demo_snapshot
@@ -32,6 +32,9 @@ def shown_plan(app: TrainmemApp) -> Plan:
 
 
 def set_field(app: TrainmemApp, name: str, value: Any) -> None:
+    if not app.screen.query(f"#f-{name}"):  # a GPU-section row: opened as a user opens it
+        app.screen.query_one("#gpus", Collapsible).collapsed = False
+        app.screen.query_one(PlanForm)._mount_gpu_rows()
     widget = app.screen.query_one(f"#f-{name}")
     if isinstance(widget, Input):
         widget.value = str(value)
@@ -129,6 +132,7 @@ async def test_invalid_entries_are_flagged_inline_and_keep_the_estimate(
             ("model", "Qwen/Qwen2.5-7", "model", "did you mean"),
         ]
         for name, bad, field, message in cases:
+            set_field(app, name, getattr(before, name))  # opens the GPU section's rows
             good = app.screen.query_one(f"#f-{name}")
             old = good.value  # type: ignore[attr-defined]
             set_field(app, name, bad)
@@ -226,3 +230,34 @@ async def test_models_in_the_local_cache_complete_and_resolve_off_the_ui_thread(
         assert shown_plan(app).model == "acme/tiny-lm"
         assert app.screen.report is not None  # type: ignore[attr-defined]
         assert app.screen.report.estimate.model.source == "hf-cache"  # type: ignore[attr-defined]
+
+
+async def test_the_gpu_section_mounts_its_rows_when_opened(
+    demo_app: Callable[..., TrainmemApp],
+) -> None:
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        form = app.screen.query_one(PlanForm)
+        assert not app.screen.query("#f-gpus")  # one-GPU plan: the section stays closed
+        assert form.read()[0]["gpus"] == 1  # read from the plan for rows not mounted
+        await pilot.click("#gpus CollapsibleTitle")
+        await settle(app, pilot)
+        assert app.screen.query_one("#f-gpus", Input).value == "1"
+        set_field(app, "gpus", 8)
+        await settle(app, pilot)
+        assert shown_plan(app).gpus == 8
+
+
+async def test_a_multi_gpu_plan_opens_with_the_gpu_section_open(
+    demo_app: Callable[..., TrainmemApp],
+) -> None:
+    from trainmem.sources.plan_files import NamedPlan, PlanSet
+
+    plans = PlanSet((NamedPlan("", Plan(gpus=8, strategy="fsdp"), auto=True),))
+    app = demo_app(plan_set=plans)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        assert not app.screen.query_one("#gpus", Collapsible).collapsed
+        assert app.screen.query_one("#f-gpus", Input).value == "8"
+        assert shown_plan(app).strategy == "fsdp"

@@ -33,6 +33,7 @@ class FieldSpec:
         "low",
         "low_open",
         "name",
+        "section",
     )
 
     def __init__(
@@ -47,6 +48,7 @@ class FieldSpec:
         high: float | None = None,
         low_open: bool = False,
         advanced: bool = False,
+        section: str = "",
         applies: Callable[[Any], bool] | None = None,
     ) -> None:
         self.kind = kind
@@ -57,6 +59,7 @@ class FieldSpec:
         self.low = low
         self.high = high
         self.advanced = advanced
+        self.section = section  # a group of advanced fields the form shows apart ("" for none)
         self.applies = applies  # plan -> whether this field matters to it (None: always)
         self.name = ""
         self.default: Any = None

@@ -43,6 +43,7 @@ STRATEGIES = ("ddp", "fsdp", "zero")
 FSDP_SHARDING = ("full-shard", "shard-grad-op", "hybrid-shard", "no-shard")
 AUTO = -1  # a DeepSpeed bucket left to the Trainer ("auto": sized from hidden_size)
 LORA_MODULES = ("q", "k", "v", "o", "gate", "up", "down")
+GPUS = "gpus"  # the form's section of the fields that say how a run spreads over GPUs
 # The decoder's linear layers by their transformers names (Llama, Qwen, Mistral, Gemma...),
 # as PEFT's target_modules and the training configs write them.
 HF_LINEAR_NAMES = {f"{m}_proj": m for m in LORA_MODULES}
@@ -104,6 +105,7 @@ def _bucket(label: str, help: str, default: int, applies: Any) -> Any:
             low=AUTO,
             high=10**12,
             advanced=True,
+            section=GPUS,
             applies=applies,
         ),
     )
@@ -316,12 +318,18 @@ class Plan:
     )
     gpus: int = plan_field(
         1,
-        FieldSpec("int", "GPUs", "GPUs per node", low=1, high=65_536, advanced=True),
+        FieldSpec("int", "GPUs", "GPUs per node", low=1, high=65_536, advanced=True, section=GPUS),
     )
     nodes: int = plan_field(
         1,
         FieldSpec(
-            "int", "Nodes", "machines, each with --gpus GPUs", low=1, high=65_536, advanced=True
+            "int",
+            "Nodes",
+            "machines, each with --gpus GPUs",
+            low=1,
+            high=65_536,
+            advanced=True,
+            section=GPUS,
         ),
     )
     strategy: str = plan_field(
@@ -333,6 +341,7 @@ class Plan:
             "a ZeRO stage above 0 implies zero",
             choices=STRATEGIES,
             advanced=True,
+            section=GPUS,
         ),
     )
     fsdp: str = plan_field(
@@ -345,6 +354,7 @@ class Plan:
             "hybrid-shard (sharded within a node, replicated across nodes), no-shard",
             choices=FSDP_SHARDING,
             advanced=True,
+            section=GPUS,
             applies=_fsdp,
         ),
     )
@@ -357,6 +367,7 @@ class Plan:
             "parameters (accelerate's default)",
             choices=(2, 1),
             advanced=True,
+            section=GPUS,
             applies=_fsdp,
         ),
     )
@@ -368,6 +379,7 @@ class Plan:
             "DeepSpeed ZeRO stage: 1 shards optimizer state, 2 gradients too, 3 weights too",
             choices=(0, 1, 2, 3),
             advanced=True,
+            section=GPUS,
             applies=_not_fsdp,
         ),
     )
@@ -380,6 +392,7 @@ class Plan:
             "(stage 3); FSDP's CPUOffload moves parameters, gradients and optimizer (params)",
             choices=OFFLOAD,
             advanced=True,
+            section=GPUS,
             applies=_sharded,
         ),
     )
@@ -397,6 +410,7 @@ class Plan:
             "DeepSpeed overlap_comm in stages 1-2: a second reduce bucket (stage 3 has one "
             "buffer either way)",
             advanced=True,
+            section=GPUS,
             applies=_zero12,
         ),
     )
@@ -415,6 +429,7 @@ class Plan:
             low=0,
             high=10**12,
             advanced=True,
+            section=GPUS,
             applies=_zero3,
         ),
     )
@@ -432,6 +447,7 @@ class Plan:
             "FSDP cpu_ram_efficient_loading: only the first process of a node loads the "
             "weights into host RAM (otherwise every process loads the whole model)",
             advanced=True,
+            section=GPUS,
             applies=_fsdp,
         ),
     )

@@ -19,11 +19,14 @@ from textual.widgets import Collapsible, Input, Static
 
 from trainmem.app.widgets.choice import Choice
 from trainmem.core.fields import FieldSpec
-from trainmem.core.plan import PLAN_FIELDS, Plan
+from trainmem.core.plan import GPUS, PLAN_FIELDS, Plan
 
-# One row per plan field, in declaration order: basic fields first, then "Advanced".
+# One row per plan field, in declaration order: basic fields first, then "Advanced", then
+# "GPUs and nodes" (how the run spreads over GPUs), whose rows are mounted when that section
+# is first opened: most plans are for one GPU, and a row costs start-up time and memory.
 FIELDS = PLAN_FIELDS
 FIELD_NAMES = tuple(f.name for f in FIELDS)
+GPU_FIELDS = tuple(f for f in FIELDS if f.section == GPUS)
 LABEL_WIDTH = 11  # as grid-columns in app.tcss
 
 
@@ -91,6 +94,7 @@ class PlanForm(VerticalScroll, can_focus=False):
         # once when it mounts, which is not an edit (and would re-estimate once per field).
         self._texts: dict[str, str] = {}
         self._inapplicable: set[str] = set()  # rows dimmed now
+        self._gpu_rows = False  # the GPU section's rows are mounted
 
     def compose(self) -> ComposeResult:
         for field in FIELDS:
@@ -98,8 +102,32 @@ class PlanForm(VerticalScroll, can_focus=False):
                 yield from self._row(field)
         with Collapsible(title="Advanced", collapsed=False, id="advanced"):
             for field in FIELDS:
-                if field.advanced:
+                if field.advanced and field.section != GPUS:
                     yield from self._row(field)
+        spread = _spread(self._plan)
+        with Collapsible(title="GPUs and nodes", collapsed=not spread, id="gpus"):
+            if spread:
+                self._gpu_rows = True
+                for field in GPU_FIELDS:
+                    yield from self._row(field)
+
+    def _shown(self) -> tuple[FieldSpec, ...]:
+        """The fields with a row now (the GPU section's once it was opened)."""
+        return FIELDS if self._gpu_rows else tuple(f for f in FIELDS if f.section != GPUS)
+
+    def _mount_gpu_rows(self) -> None:
+        if self._gpu_rows:
+            return
+        self._gpu_rows = True
+        section = self.query_one("#gpus", Collapsible)
+        section.query_one(Collapsible.Contents).mount(
+            *(w for field in GPU_FIELDS for w in self._row(field))
+        )
+        self.mark_applicable(self._plan, force=True)
+
+    def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
+        if event.collapsible.id == "gpus":
+            self._mount_gpu_rows()
 
     def _row(self, field: FieldSpec) -> ComposeResult:
         """A label and its control, side by side in the form's two-column grid."""
@@ -136,8 +164,11 @@ class PlanForm(VerticalScroll, can_focus=False):
             return  # already on screen (the form was composed with it)
         self._edited = False
         self._plan = plan
+        if _spread(plan) and not self._gpu_rows:
+            self.query_one("#gpus", Collapsible).collapsed = False
+            self._mount_gpu_rows()
         with self.prevent(Input.Changed, Choice.Changed):
-            for field in FIELDS:
+            for field in self._shown():
                 widget = self.query_one(f"#f-{field.name}")
                 value = getattr(plan, field.name)
                 if isinstance(widget, Input):
@@ -152,6 +183,9 @@ class PlanForm(VerticalScroll, can_focus=False):
         values: dict[str, Any] = {}
         errors: dict[str, str] = {}
         for field in FIELDS:
+            if field.section == GPUS and not self._gpu_rows:  # no row yet: as loaded
+                values[field.name] = getattr(self._plan, field.name)
+                continue
             widget = self.query_one(f"#f-{field.name}")
             if isinstance(widget, Input):
                 try:
@@ -165,7 +199,10 @@ class PlanForm(VerticalScroll, can_focus=False):
     def show_errors(self, errors: dict[str, str]) -> None:
         """Put each message on the line under its field; clear the others. Error lines are
         mounted only when needed: most of the time there are none."""
-        for field in FIELDS:
+        if not self._gpu_rows and any(f.name in errors for f in GPU_FIELDS):
+            self.query_one("#gpus", Collapsible).collapsed = False
+            self._mount_gpu_rows()
+        for field in self._shown():
             message = errors.get(field.name)
             control = self.query_one(f"#f-{field.name}")
             control.set_class(bool(message), "-invalid")
@@ -180,17 +217,18 @@ class PlanForm(VerticalScroll, can_focus=False):
             elif shown is not None:
                 del self._errors[field.name]
                 shown.remove()
-        if any(f.advanced for f in FIELDS if f.name in errors):
+        if any(f.advanced and not f.section for f in FIELDS if f.name in errors):
             self.query_one("#advanced", Collapsible).collapsed = False
 
-    def mark_applicable(self, plan: Plan) -> None:
+    def mark_applicable(self, plan: Plan, *, force: bool = False) -> None:
         """Dim the rows that do not apply to ``plan`` (LoRA fields on a full fine-tune):
         they stay editable, and keep their values for when the method changes back."""
-        off = {f.name for f in FIELDS if f.applies is not None and not f.applies(plan)}
-        if off == self._inapplicable:
+        shown = self._shown()
+        off = {f.name for f in shown if f.applies is not None and not f.applies(plan)}
+        if off == self._inapplicable and not force:
             return  # most edits change no method: no widget to touch
-        for field in FIELDS:
-            if (field.name in off) == (field.name in self._inapplicable):
+        for field in shown:
+            if not force and (field.name in off) == (field.name in self._inapplicable):
                 continue
             self.query_one(f"#f-{field.name}").set_class(field.name in off, "-inapplicable")
             if field.kind not in ("choice", "bool"):
@@ -217,3 +255,9 @@ class PlanForm(VerticalScroll, can_focus=False):
         event.stop()
         self._edited = True
         self.post_message(self.Edited((event.choice.id or "").removeprefix("f-")))
+
+
+def _spread(plan: Plan) -> bool:
+    """Whether ``plan`` sets any GPU-section field away from its default (the section then
+    opens with its rows)."""
+    return any(getattr(plan, f.name) != f.default for f in GPU_FIELDS)
