@@ -19,6 +19,7 @@ from trainmem.app.widgets.choice import Choice
 from trainmem.app.widgets.devices import DevicePane
 from trainmem.app.widgets.plan_form import PlanForm
 from trainmem.core import Plan, estimate
+from trainmem.core.plan import FIELDS_BY_NAME
 from trainmem.core.units import fmt_bytes
 from trainmem.planner.report import build_report
 from trainmem.sources.resolve import resolve_model
@@ -32,9 +33,8 @@ def shown_plan(app: TrainmemApp) -> Plan:
 
 
 def set_field(app: TrainmemApp, name: str, value: Any) -> None:
-    if not app.screen.query(f"#f-{name}"):  # a GPU-section row: opened as a user opens it
-        app.screen.query_one("#gpus", Collapsible).collapsed = False
-        app.screen.query_one(PlanForm)._mount_gpu_rows()
+    if not app.screen.query(f"#f-{name}"):  # a section's row: opened as a user opens it
+        app.screen.query_one(PlanForm)._open(FIELDS_BY_NAME[name].section)
     widget = app.screen.query_one(f"#f-{name}")
     if isinstance(widget, Input):
         widget.value = str(value)

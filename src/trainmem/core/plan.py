@@ -43,7 +43,10 @@ STRATEGIES = ("ddp", "fsdp", "zero")
 FSDP_SHARDING = ("full-shard", "shard-grad-op", "hybrid-shard", "no-shard")
 AUTO = -1  # a DeepSpeed bucket left to the Trainer ("auto": sized from hidden_size)
 LORA_MODULES = ("q", "k", "v", "o", "gate", "up", "down")
-GPUS = "gpus"  # the form's section of the fields that say how a run spreads over GPUs
+# The form's sections of advanced fields: what the training stack does around the model,
+# and how a run spreads over GPUs and nodes.
+STACK = "stack"
+GPUS = "gpus"
 # The decoder's linear layers by their transformers names (Llama, Qwen, Mistral, Gemma...),
 # as PEFT's target_modules and the training configs write them.
 HF_LINEAR_NAMES = {f"{m}_proj": m for m in LORA_MODULES}
@@ -168,6 +171,7 @@ class Plan:
             "llama-factory (fp32 upcast of what trains) or loop (keeps `out` alive)",
             choices=STACKS,
             advanced=True,
+            section=STACK,
         ),
     )
     loss: str = plan_field(
@@ -179,6 +183,7 @@ class Plan:
             "(Liger's fused linear cross-entropy, Cut Cross-Entropy); auto follows the stack",
             choices=LOSSES,
             advanced=True,
+            section=STACK,
         ),
     )
     lora_rank: int = plan_field(
@@ -247,6 +252,7 @@ class Plan:
             "int8 (LLM.int8, load_in_8bit)",
             choices=QUANTS,
             advanced=True,
+            section=STACK,
             applies=_quantized,
         ),
     )
@@ -258,6 +264,7 @@ class Plan:
             "NF4 with bitsandbytes' nested quantization of the absmax (bnb_4bit_use_double_quant; "
             "on in axolotl and LLaMA-Factory, off in a bare BitsAndBytesConfig)",
             advanced=True,
+            section=STACK,
             applies=_nf4,
         ),
     )
@@ -270,6 +277,7 @@ class Plan:
             "-mixed precision (SFTTrainer loads a model id in float32), else 16-bit",
             choices=BASE_DTYPES,
             advanced=True,
+            section=STACK,
             applies=_lora_16bit_base,
         ),
     )
@@ -281,6 +289,7 @@ class Plan:
             "modules trained in full beside the adapter (PEFT modules_to_save): "
             "embed_tokens, lm_head or both, comma separated",
             advanced=True,
+            section=STACK,
             applies=_adapter,
         ),
     )
@@ -303,6 +312,7 @@ class Plan:
             "checkpointed layer inputs kept in host RAM (activation_checkpointing_kwargs "
             "offload, axolotl gradient_checkpointing: offload)",
             advanced=True,
+            section=STACK,
             applies=_checkpointed,
         ),
     )
@@ -314,6 +324,7 @@ class Plan:
             "examples packed into full rows (every micro-batch holds seq x batch real "
             "tokens); without it rows are padded to the longest in the batch",
             advanced=True,
+            section=STACK,
         ),
     )
     gpus: int = plan_field(

@@ -19,14 +19,16 @@ from textual.widgets import Collapsible, Input, Static
 
 from trainmem.app.widgets.choice import Choice
 from trainmem.core.fields import FieldSpec
-from trainmem.core.plan import GPUS, PLAN_FIELDS, Plan
+from trainmem.core.plan import GPUS, PLAN_FIELDS, STACK, Plan
 
 # One row per plan field, in declaration order: basic fields first, then "Advanced", then
-# "GPUs and nodes" (how the run spreads over GPUs), whose rows are mounted when that section
-# is first opened: most plans are for one GPU, and a row costs start-up time and memory.
+# the sections declared with the fields ("Training stack", "GPUs and nodes"), whose rows are
+# mounted when the section is first opened, or from the start when the plan sets one of
+# them: most plans keep their defaults, and a row costs start-up time and memory.
 FIELDS = PLAN_FIELDS
 FIELD_NAMES = tuple(f.name for f in FIELDS)
-GPU_FIELDS = tuple(f for f in FIELDS if f.section == GPUS)
+SECTIONS = {STACK: "Training stack", GPUS: "GPUs and nodes"}
+SECTION_FIELDS = {key: tuple(f for f in FIELDS if f.section == key) for key in SECTIONS}
 LABEL_WIDTH = 11  # as grid-columns in app.tcss
 
 
@@ -94,7 +96,7 @@ class PlanForm(VerticalScroll, can_focus=False):
         # once when it mounts, which is not an edit (and would re-estimate once per field).
         self._texts: dict[str, str] = {}
         self._inapplicable: set[str] = set()  # rows dimmed now
-        self._gpu_rows = False  # the GPU section's rows are mounted
+        self._mounted: set[str] = set()  # sections whose rows are mounted
 
     def compose(self) -> ComposeResult:
         for field in FIELDS:
@@ -102,32 +104,15 @@ class PlanForm(VerticalScroll, can_focus=False):
                 yield from self._row(field)
         with Collapsible(title="Advanced", collapsed=False, id="advanced"):
             for field in FIELDS:
-                if field.advanced and field.section != GPUS:
+                if field.advanced and not field.section:
                     yield from self._row(field)
-        spread = _spread(self._plan)
-        with Collapsible(title="GPUs and nodes", collapsed=not spread, id="gpus"):
-            if spread:
-                self._gpu_rows = True
-                for field in GPU_FIELDS:
-                    yield from self._row(field)
-
-    def _shown(self) -> tuple[FieldSpec, ...]:
-        """The fields with a row now (the GPU section's once it was opened)."""
-        return FIELDS if self._gpu_rows else tuple(f for f in FIELDS if f.section != GPUS)
-
-    def _mount_gpu_rows(self) -> None:
-        if self._gpu_rows:
-            return
-        self._gpu_rows = True
-        section = self.query_one("#gpus", Collapsible)
-        section.query_one(Collapsible.Contents).mount(
-            *(w for field in GPU_FIELDS for w in self._row(field))
-        )
-        self.mark_applicable(self._plan, force=True)
-
-    def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
-        if event.collapsible.id == "gpus":
-            self._mount_gpu_rows()
+        for key, title in SECTIONS.items():
+            opened = _sets(self._plan, key)
+            with Collapsible(title=title, collapsed=not opened, id=key):
+                if opened:
+                    self._mounted.add(key)
+                    for field in SECTION_FIELDS[key]:
+                        yield from self._row(field)
 
     def _row(self, field: FieldSpec) -> ComposeResult:
         """A label and its control, side by side in the form's two-column grid."""
@@ -156,6 +141,26 @@ class PlanForm(VerticalScroll, can_focus=False):
         field_input.cursor_blink = getattr(self.app, "cursor_blink", False)
         yield field_input
 
+    def _shown(self) -> tuple[FieldSpec, ...]:
+        """The fields with a row now (a section's once it was opened)."""
+        return tuple(f for f in FIELDS if not f.section or f.section in self._mounted)
+
+    def _open(self, key: str) -> None:
+        """Open section ``key``, mounting its rows the first time."""
+        section = self.query_one(f"#{key}", Collapsible)
+        section.collapsed = False
+        if key in self._mounted:
+            return
+        self._mounted.add(key)
+        section.query_one(Collapsible.Contents).mount(
+            *(w for field in SECTION_FIELDS[key] for w in self._row(field))
+        )
+        self.mark_applicable(self._plan, force=True)
+
+    def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
+        if event.collapsible.id in SECTIONS:
+            self._open(event.collapsible.id)
+
     # -- reading and writing ---------------------------------------------------------------
 
     def load(self, plan: Plan) -> None:
@@ -164,9 +169,9 @@ class PlanForm(VerticalScroll, can_focus=False):
             return  # already on screen (the form was composed with it)
         self._edited = False
         self._plan = plan
-        if _spread(plan) and not self._gpu_rows:
-            self.query_one("#gpus", Collapsible).collapsed = False
-            self._mount_gpu_rows()
+        for key in SECTIONS:
+            if key not in self._mounted and _sets(plan, key):
+                self._open(key)
         with self.prevent(Input.Changed, Choice.Changed):
             for field in self._shown():
                 widget = self.query_one(f"#f-{field.name}")
@@ -183,7 +188,7 @@ class PlanForm(VerticalScroll, can_focus=False):
         values: dict[str, Any] = {}
         errors: dict[str, str] = {}
         for field in FIELDS:
-            if field.section == GPUS and not self._gpu_rows:  # no row yet: as loaded
+            if field.section and field.section not in self._mounted:  # no row yet: as loaded
                 values[field.name] = getattr(self._plan, field.name)
                 continue
             widget = self.query_one(f"#f-{field.name}")
@@ -199,9 +204,9 @@ class PlanForm(VerticalScroll, can_focus=False):
     def show_errors(self, errors: dict[str, str]) -> None:
         """Put each message on the line under its field; clear the others. Error lines are
         mounted only when needed: most of the time there are none."""
-        if not self._gpu_rows and any(f.name in errors for f in GPU_FIELDS):
-            self.query_one("#gpus", Collapsible).collapsed = False
-            self._mount_gpu_rows()
+        for key in SECTIONS:
+            if any(f.name in errors for f in SECTION_FIELDS[key]):
+                self._open(key)
         for field in self._shown():
             message = errors.get(field.name)
             control = self.query_one(f"#f-{field.name}")
@@ -257,7 +262,7 @@ class PlanForm(VerticalScroll, can_focus=False):
         self.post_message(self.Edited((event.choice.id or "").removeprefix("f-")))
 
 
-def _spread(plan: Plan) -> bool:
-    """Whether ``plan`` sets any GPU-section field away from its default (the section then
-    opens with its rows)."""
-    return any(getattr(plan, f.name) != f.default for f in GPU_FIELDS)
+def _sets(plan: Plan, key: str) -> bool:
+    """Whether ``plan`` sets a field of section ``key`` away from its default (the section
+    then opens with its rows)."""
+    return any(getattr(plan, f.name) != f.default for f in SECTION_FIELDS[key])
