@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 # The measurement harness's tests run real training steps: the CPU build of torch (the wheel
-# `pip install torch==2.13.0` finds beside pip here), transformers and peft. TRAINMEM_NO_TORCH=1
+# `pip install torch==2.13.0` finds beside pip here), transformers, peft and trl. TRAINMEM_NO_TORCH=1
 # skips them for a quick run; CI installs them.
 if [ -z "${TRAINMEM_NO_TORCH:-}" ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
