@@ -117,13 +117,9 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
     else:
         r.notes.append(f"{doc.name} names no base_model: the plan's model is --model's")
     _method(r)
-    _int(r, "seq_len", "sequence_len", 512, f"{SCHEMAS}/config.py:665")
-    _int(r, "batch", "micro_batch_size", 1, f"{SCHEMAS}/training.py:77")
-    packing = doc.flag("sample_packing")
-    if packing is None:
-        r.default("packing", False, f"{SCHEMAS}/config.py:688")
-    else:
-        r.set("packing", packing, "sample_packing")
+    r.keyed("seq_len", "sequence_len", doc.integer, 512, f"{SCHEMAS}/config.py:665")
+    r.keyed("batch", "micro_batch_size", doc.integer, 1, f"{SCHEMAS}/training.py:77")
+    r.keyed("packing", "sample_packing", doc.flag, False, f"{SCHEMAS}/config.py:688")
     _checkpointing(r)
     _precision(r)
     if not optimizers.read_optimizer(r, "optimizer"):
@@ -184,14 +180,6 @@ def _stage(doc: Doc) -> None:
             )
 
 
-def _int(r: Reading, name: str, key: str, default: int, source: str) -> None:
-    value = r.doc.integer(key)
-    if value is None:
-        r.default(name, default, source)
-    else:
-        r.set(name, value, key)
-
-
 def _method(r: Reading) -> None:
     doc = r.doc
     adapter = (doc.text("adapter") or "").lower()
@@ -250,28 +238,22 @@ def _quant(r: Reading) -> None:
     else:
         r.default("quant", "nf4", "src/axolotl/loaders/model.py:719")
     key = "bnb_config_kwargs.bnb_4bit_use_double_quant"
-    double = doc.flag(key)
-    if double is None:
-        r.default("double_quant", True, "src/axolotl/loaders/model.py:718")
-    else:
-        r.set("double_quant", double, key)
+    r.keyed("double_quant", key, doc.flag, True, "src/axolotl/loaders/model.py:718")
 
 
 def _lora(r: Reading) -> None:
     doc = r.doc
     # None is passed to PEFT as r=None / lora_alpha=None (loaders/adapter.py:188-190);
     # planned at PEFT's own defaults.
-    _int(r, "lora_rank", "lora_r", 8, "lora_r None; peft/tuners/lora/config.py:632")
-    alpha = doc.number("lora_alpha")
-    if alpha is None:
-        r.default("lora_alpha", 8.0, "lora_alpha None; peft/tuners/lora/config.py:652")
-    else:
-        r.set("lora_alpha", alpha, "lora_alpha")
-    dropout = doc.number("lora_dropout")
-    if dropout is None:
-        r.default("lora_dropout", 0.0, f"{SCHEMAS}/peft.py:80")
-    else:
-        r.set("lora_dropout", dropout, "lora_dropout")
+    r.keyed("lora_rank", "lora_r", doc.integer, 8, "lora_r None; peft/tuners/lora/config.py:632")
+    r.keyed(
+        "lora_alpha",
+        "lora_alpha",
+        doc.number,
+        8.0,
+        "lora_alpha None; peft/tuners/lora/config.py:652",
+    )
+    r.keyed("lora_dropout", "lora_dropout", doc.number, 0.0, f"{SCHEMAS}/peft.py:80")
     if doc.flag("lora_target_linear"):
         r.set("lora_targets", "all-linear", "lora_target_linear")
     else:

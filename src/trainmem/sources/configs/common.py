@@ -209,6 +209,17 @@ class Reading:
         self.origins[name] = f"{self.framework} default ({source})"
         self.explicit.discard(name)
 
+    def keyed(
+        self, name: str, key: str, read: Callable[[str], Any], default: Any, source: str
+    ) -> None:
+        """Field ``name`` from ``key`` as ``read`` (a Doc reader: integer, number, flag...)
+        gives it, or the framework's ``default`` (set at ``source``) when the key is absent."""
+        value = read(key)
+        if value is None:
+            self.default(name, default, source)
+        else:
+            self.set(name, value, key)
+
     def unmodelled_key(self, key: str, why: str = "") -> None:
         """A key that changes memory but no plan field expresses (named in the notes)."""
         self.unmodelled.append(f"{self.doc.origin(key)}{f' ({why})' if why else ''}")

@@ -89,8 +89,10 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
     else:
         r.notes.append(f"{doc.name} names no model_name_or_path: the plan's model is --model's")
     _method(r)
-    _int(r, "seq_len", "cutoff_len", 2048, f"{HP}/data_args.py:46")
-    _int(r, "batch", "per_device_train_batch_size", 8, "transformers/training_args.py:777")
+    r.keyed("seq_len", "cutoff_len", doc.integer, 2048, f"{HP}/data_args.py:46")
+    r.keyed(
+        "batch", "per_device_train_batch_size", doc.integer, 8, "transformers/training_args.py:777"
+    )
     disabled = doc.flag("disable_gradient_checkpointing")
     if disabled is None:  # on unless disabled (model/model_utils/checkpointing.py:184)
         r.default("grad_ckpt", True, f"{HP}/model_args.py:145")
@@ -107,14 +109,6 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
     _deepspeed(r, read_file)
     r.typos(_KNOWN)
     return r.result()
-
-
-def _int(r: Reading, name: str, key: str, default: int, source: str) -> None:
-    value = r.doc.integer(key)
-    if value is None:
-        r.default(name, default, source)
-    else:
-        r.set(name, value, key)
 
 
 def _method(r: Reading) -> None:
@@ -157,26 +151,18 @@ def _quantized(r: Reading, bits: int) -> None:
         r.set("quant", quant, "quantization_type")
     else:
         r.default("quant", "nf4", f"{HP}/model_args.py:287")
-    double = doc.flag("double_quantization")
-    if double is None:
-        r.default("double_quant", True, f"{HP}/model_args.py:291")
-    else:
-        r.set("double_quant", double, "double_quantization")
+    r.keyed("double_quant", "double_quantization", doc.flag, True, f"{HP}/model_args.py:291")
 
 
 def _lora(r: Reading) -> None:
     doc = r.doc
-    _int(r, "lora_rank", "lora_rank", 8, f"{HP}/finetuning_args.py:77")
+    r.keyed("lora_rank", "lora_rank", doc.integer, 8, f"{HP}/finetuning_args.py:77")
     alpha = doc.number("lora_alpha")
     if alpha is None:  # finetuning_args.py:587: lora_alpha or lora_rank * 2
         r.default("lora_alpha", 2.0 * r.values["lora_rank"], f"{HP}/finetuning_args.py:587")
     else:
         r.set("lora_alpha", alpha, "lora_alpha")
-    dropout = doc.number("lora_dropout")
-    if dropout is None:
-        r.default("lora_dropout", 0.0, f"{HP}/finetuning_args.py:73")
-    else:
-        r.set("lora_dropout", dropout, "lora_dropout")
+    r.keyed("lora_dropout", "lora_dropout", doc.number, 0.0, f"{HP}/finetuning_args.py:73")
     names = doc.names("lora_target")
     if names:
         set_targets(r, "lora_target", names)

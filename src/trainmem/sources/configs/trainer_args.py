@@ -173,27 +173,21 @@ def _method(r: Reading, trl: bool) -> None:
             r.set("quant", quant, "bnb_4bit_quant_type")
         else:
             r.default("quant", "nf4", "trl/trainer/model_config.py:160")
-        nested = doc.flag("use_bnb_nested_quant")
-        if nested is None:
-            r.default("double_quant", False, "trl/trainer/model_config.py:164")
-        else:
-            r.set("double_quant", nested, "use_bnb_nested_quant")
+        r.keyed(
+            "double_quant",
+            "use_bnb_nested_quant",
+            doc.flag,
+            False,
+            "trl/trainer/model_config.py:164",
+        )
     elif eight:
         r.set("method", "qlora", "load_in_8bit")
         r.set("quant", "int8", "load_in_8bit")
     else:
         r.set("method", "lora", "use_peft")
-    _int_or_default(r, "lora_rank", "lora_r", 16, "trl/trainer/model_config.py:107")
-    alpha = doc.number("lora_alpha")
-    if alpha is None:
-        r.default("lora_alpha", 32.0, "trl/trainer/model_config.py:111")
-    else:
-        r.set("lora_alpha", alpha, "lora_alpha")
-    dropout = doc.number("lora_dropout")
-    if dropout is None:
-        r.default("lora_dropout", 0.05, "trl/trainer/model_config.py:115")
-    else:
-        r.set("lora_dropout", dropout, "lora_dropout")
+    r.keyed("lora_rank", "lora_r", doc.integer, 16, "trl/trainer/model_config.py:107")
+    r.keyed("lora_alpha", "lora_alpha", doc.number, 32.0, "trl/trainer/model_config.py:111")
+    r.keyed("lora_dropout", "lora_dropout", doc.number, 0.05, "trl/trainer/model_config.py:115")
     targets = doc.names("lora_target_modules")
     if targets:
         set_targets(r, "lora_target_modules", targets)
@@ -202,14 +196,6 @@ def _method(r: Reading, trl: bool) -> None:
     saved = doc.names("lora_modules_to_save")
     if saved:
         set_modules_to_save(r, "lora_modules_to_save", saved)
-
-
-def _int_or_default(r: Reading, name: str, key: str, default: int, source: str) -> None:
-    value = r.doc.integer(key)
-    if value is None:
-        r.default(name, default, source)
-    else:
-        r.set(name, value, key)
 
 
 def _lengths(r: Reading, trl: bool) -> None:
@@ -232,8 +218,8 @@ def _lengths(r: Reading, trl: bool) -> None:
             if doc.has(key):
                 r.set("seq_len", doc.integer(key), key)
                 break
-    _int_or_default(
-        r, "batch", "per_device_train_batch_size", 8, "transformers/training_args.py:777"
+    r.keyed(
+        "batch", "per_device_train_batch_size", doc.integer, 8, "transformers/training_args.py:777"
     )
     packing = doc.flag("packing")
     padding_free = doc.flag("padding_free")
