@@ -434,10 +434,15 @@ def estimate(
 def _host(plan: Plan, spec: ModelSpec, step: Step) -> Host:
     """Host RAM per node: offloaded states of the node's processes (and checkpoint offload),
     or the weights every process loads, whichever is larger."""
-    ckpt = 0
-    if plan.grad_ckpt and plan.ckpt_offload:
-        ckpt = spec.layers * plan.batch * plan.seq_len * spec.hidden * dtypes(plan).resid
+    ckpt = _offloaded_checkpoints(plan, spec)
     return host_memory(plan, _unsharded_weight_bytes(plan, spec), step.states.offloaded, ckpt)
+
+
+def _offloaded_checkpoints(plan: Plan, spec: ModelSpec) -> int:
+    """Every layer's checkpointed input, which checkpoint offload keeps in host RAM."""
+    if not (plan.grad_ckpt and plan.ckpt_offload):
+        return 0
+    return spec.layers * plan.batch * plan.seq_len * spec.hidden * dtypes(plan).resid
 
 
 def _notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> tuple[str, ...]:
@@ -515,8 +520,8 @@ def _stack_notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> list[str]:
             "LLM.int8 base: 1 byte per weight + an fp32 scale per row; its inputs are "
             "kept by bitsandbytes outside checkpointing's hooks (derived from source)"
         )
-    if plan.grad_ckpt and plan.ckpt_offload:
-        host = spec.layers * plan.batch * plan.seq_len * spec.hidden * dtypes(plan).resid
+    host = _offloaded_checkpoints(plan, spec)
+    if host:
         where = "in pinned host RAM" if runtime == "gpu" else "in the same memory (no saving)"
         notes.append(f"checkpoint offload keeps {fmt_bytes(host)} of layer inputs {where}")
     if plan.packing:
