@@ -56,6 +56,20 @@ def difference(observed: int, predicted: int) -> tuple[str, str]:
     return f"{sign}{abs(diff) / 1e9:.1f} GB", f"{sign}{pct:.0f}%"
 
 
+def compared(observed: int, predicted: int) -> list[str | Text]:
+    """The table's "Peak − plan" and "%" cells, red when the run holds more than predicted."""
+    gb, pct = difference(observed, predicted)
+    style = "bold #e85f5f" if observed > predicted else ""
+    return [Text(gb, style=style), Text(pct, style=style)]
+
+
+def run_cells(observed: int | None, predicted: int | None) -> list[str | Text]:
+    """Those cells for a process: compared when it looks like the run, else said it is not."""
+    if observed is not None and predicted is not None and looks_like_the_run(observed, predicted):
+        return compared(observed, predicted)
+    return [Text("not the run", style="dim"), ""]
+
+
 def closest_to_full(devices: Sequence[DeviceReading]) -> DeviceReading | None:
     """The GPU with the least free memory (the first to fail with out-of-memory)."""
     gpus = [
@@ -187,9 +201,7 @@ class MonitorScreen(Screen[None]):
                         "",
                     ]
                     if predicted is not None:
-                        gb, pct = difference(used, predicted)
-                        style = "bold #e85f5f" if used > predicted else ""
-                        cells_gpu[5:] = [Text(gb, style=style), Text(pct, style=style)]
+                        cells_gpu[5:] = compared(used, predicted)
                     table.add_row(*cells_gpu)
                 for proc in sorted(d.processes, key=lambda p: -(p.used_bytes or 0)):
                     used, peak = proc.used_bytes, proc.peak_used_bytes or proc.used_bytes
@@ -200,14 +212,7 @@ class MonitorScreen(Screen[None]):
                         fmt_bytes(used) if used is not None else "?",
                         fmt_bytes(peak) if peak is not None else "?",
                     ]
-                    if looks_like_the_run(peak, predicted):
-                        assert peak is not None and predicted is not None
-                        gb, pct = difference(peak, predicted)
-                        style = "bold #e85f5f" if peak > predicted else ""
-                        cells += [Text(gb, style=style), Text(pct, style=style)]
-                    else:
-                        cells += [Text("not the run", style="dim"), ""]
-                    table.add_row(*cells)
+                    table.add_row(*cells, *run_cells(peak, predicted))
         has_gpus = snapshot is not None and any(d.kind == "gpu" for d in snapshot.devices)
         if not has_gpus:
             for proc in self.app.state.processes:
@@ -218,14 +223,7 @@ class MonitorScreen(Screen[None]):
                     fmt_bytes(proc.rss_bytes),
                     "",
                 ]
-                if looks_like_the_run(proc.rss_bytes, predicted):
-                    assert predicted is not None
-                    gb, pct = difference(proc.rss_bytes, predicted)
-                    style = "bold #e85f5f" if proc.rss_bytes > predicted else ""
-                    cells += [Text(gb, style=style), Text(pct, style=style)]
-                else:
-                    cells += [Text("not the run", style="dim"), ""]
-                table.add_row(*cells)
+                table.add_row(*cells, *run_cells(proc.rss_bytes, predicted))
         if table.row_count == 0:
             table.add_row("", "", Text("no training process found", style="dim"), *[""] * 4)
         warn = self.query_one("#monitor-warning", Static)
