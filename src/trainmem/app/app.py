@@ -30,6 +30,7 @@ from trainmem.app.messages import (
     ProcessesFound,
     RunLogRead,
 )
+from trainmem.app.runs import ProcessPoller, RunLogPoller
 from trainmem.app.screens.plan import PlanScreen
 from trainmem.app.state import DashboardState
 from trainmem.planner.report import Report
@@ -152,10 +153,10 @@ class TrainmemApp(App[None]):
         self._watching = False
         self._stop_watching = threading.Event()
         self._data = (data, tokenizer) if data else None  # counted after the first frame
-        self._run_logs = list(run_logs)  # probe logs tailed from the first frame on
-        self.run_pollers: list[Any] = []
-        self.process_poller: Any = None
-        self._find_processes = find_processes
+        # Probe logs tailed, and training processes looked for, from the first frame on
+        # (the pollers touch nothing until the polling worker first calls them).
+        self.run_pollers = [RunLogPoller(p) for p in run_logs]
+        self.process_poller = ProcessPoller(self._processes_wanted) if find_processes else None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -181,11 +182,6 @@ class TrainmemApp(App[None]):
         gc.enable()
         self.state.sampler = self._sampler_factory(self._sampled, self.interval)
         self.state.sampler.start()
-        from trainmem.app.runs import ProcessPoller, RunLogPoller
-
-        self.run_pollers = [RunLogPoller(p) for p in self._run_logs]
-        if self._find_processes:
-            self.process_poller = ProcessPoller(self._processes_wanted)
         if self.watches or self.run_pollers or self.process_poller is not None:
             self._start_watching()
         if self._data is not None:
@@ -348,8 +344,6 @@ class TrainmemApp(App[None]):
 
     def watch_run_log(self, path: str | Path) -> None:
         """Tail one more probe log (the monitor's action)."""
-        from trainmem.app.runs import RunLogPoller
-
         self.run_pollers.append(RunLogPoller(path))
         self._start_watching()
 
