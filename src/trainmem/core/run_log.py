@@ -52,6 +52,8 @@ Readers must ignore keys they do not know; a new key never changes the format nu
 
 from __future__ import annotations
 
+import re
+
 FORMAT_VERSION = 1
 RUN, STEP, END = "run", "step", "end"
 PEAK_KINDS = ("exact", "sampled")
@@ -68,3 +70,32 @@ BYTE_FIELDS = (
     "free_bytes",
     "total_bytes",
 )
+
+RANK_FIELD = "{rank}"
+MAX_RANK_DIGITS = 7  # ranks up to 9,999,999: more GPUs than any job runs on
+
+
+def rank_name(name: str, rank: int) -> str:
+    """The file name of ``rank``'s log, from the file name the user gave: ``{rank}`` filled
+    in, or ``.rank<N>`` put before the extension (run.jsonl -> run.rank0.jsonl), so ranks
+    never share a file. The probe writes these names; a reader finds them from the base."""
+    if RANK_FIELD in name:
+        return name.replace(RANK_FIELD, str(rank))
+    stem, dot, ext = name.rpartition(".")
+    return f"{stem}.rank{rank}.{ext}" if dot and stem else f"{name}.rank{rank}"
+
+
+def rank_of(name: str, base: str) -> int | None:
+    """The rank whose log file ``name`` is, for the base name ``base`` the probe was given
+    (``rank_of("run.rank3.jsonl", "run.jsonl")`` is 3); None when it is not one of them."""
+    if RANK_FIELD in base:
+        pieces = base.split(RANK_FIELD)
+    else:
+        stem, dot, ext = base.rpartition(".")
+        pieces = [f"{stem}.rank", f".{ext}"] if dot and stem else [f"{base}.rank", ""]
+    digits = f"([0-9]{{1,{MAX_RANK_DIGITS}}})"
+    found = re.fullmatch(digits.join(re.escape(p) for p in pieces), name)
+    if found is None or len(set(found.groups())) != 1:
+        return None
+    rank = int(found.group(1))
+    return rank if rank_name(base, rank) == name else None  # "run.rank01" is no rank's
