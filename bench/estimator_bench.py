@@ -16,6 +16,7 @@ import sys
 import time
 
 from trainmem.core import Plan, estimate
+from trainmem.core.fit import Budget
 from trainmem.core.whatif import advice, max_batch, max_seq_len
 from trainmem.sources import catalog
 from trainmem.sources.resolve import resolve_model
@@ -49,11 +50,11 @@ def main() -> None:
         t = per_call(lambda p=plan: estimate(p, spec), 2000)
         print(f"estimate() {method:5s}: {t * 1e6:7.1f} us per call")
     plan = Plan(model="meta-llama/Llama-3.1-8B", method="lora")
-    usable = 40 * 10**9  # a device it fits, so the searches run in full
-    t = per_call(lambda: (max_seq_len(plan, spec, usable), max_batch(plan, spec, usable)), 20)
+    fits = Budget(40 * 10**9)  # a device it fits, so the searches run in full
+    t = per_call(lambda: (max_seq_len(plan, spec, fits), max_batch(plan, spec, fits)), 20)
     print(f"what-if (longest sequence + largest batch): {t * 1e3:6.2f} ms")
     models = catalog.specs()  # the candidates of 'pick a smaller model', as `plan` passes
-    t = per_call(lambda: advice(plan, spec, 16 * 10**9, models), 20)  # too big: full advice
+    t = per_call(lambda: advice(plan, spec, Budget(16 * 10**9), models), 20)  # too big: full advice
     print(f"advice (re-estimated remedies):              {t * 1e3:6.2f} ms")
     base = process(["-c", "pass"])
     textual = process(["-c", "import textual.app"])

@@ -332,13 +332,14 @@ def test_old_plan_files_keep_their_meaning():
 
 
 def test_fewest_gpus_is_the_smallest_count_that_fits():
+    from trainmem.core.fit import Budget
     from trainmem.core.whatif import SHARDINGS, fewest_gpus
     from trainmem.sources.resolve import resolve_model
 
     spec = resolve_model("Qwen/Qwen2.5-7B")
     p = Plan(model="Qwen/Qwen2.5-7B", method="full", device="40GB").validated()
     usable = 40 * 10**9
-    answers = fewest_gpus(p, spec, usable)
+    answers = fewest_gpus(p, spec, Budget(usable))
     assert answers["ddp"] is None  # DDP replicates everything: more GPUs never help
     for name, n in answers.items():
         if n is None:
@@ -351,13 +352,14 @@ def test_fewest_gpus_is_the_smallest_count_that_fits():
 
 
 def test_multi_gpu_advice_offers_stage_offload_and_more_gpus():
+    from trainmem.core.fit import Budget
     from trainmem.core.whatif import advice
     from trainmem.sources.resolve import resolve_model
 
     spec = resolve_model("Qwen/Qwen2.5-7B")
     p = Plan(model="Qwen/Qwen2.5-7B", method="full", zero=1, gpus=2).validated()
     usable = 40 * 10**9
-    actions = {a.action: a for a in advice(p, spec, usable)}
+    actions = {a.action: a for a in advice(p, spec, Budget(usable))}
     assert "raise the ZeRO stage to 2" in actions
     assert "offload the optimizer to host RAM" in actions
     more = [a for a in actions.values() if a.action.startswith("use ") and "GPUs" in a.action]

@@ -25,10 +25,12 @@ from trainmem.cli.data_report import (
     render_lengths,
 )
 from trainmem.core.estimator import estimate
+from trainmem.core.fit import Budget
 from trainmem.core.plan import Plan
 from trainmem.core.target import DeviceTarget
 from trainmem.core.whatif import max_seq_len
 from trainmem.planner.lengths import Lengths, length_report, scan_data
+from trainmem.planner.report import build_report
 from trainmem.sources.datasets import DatasetError
 from trainmem.sources.resolve import resolve_model
 
@@ -82,7 +84,7 @@ def test_report_figures_with_a_real_template(tmp_path: Path):
     scanned = scan_data(data, "7B", tok)
     assert scanned.exact and scanned.lengths.examples == 20
     plan = Plan(model="0.5B", seq_len=64, batch=2)
-    r = length_report(plan, scanned, targets=GPU)
+    r = length_report(build_report(plan, targets=GPU, solve=False), scanned)
     assert r.percentiles == {"p50": 20, "p90": 40, "p95": 100, "p99": 200, "max": 200}
     assert r.over == 2 and r.over_share == 0.1
     assert r.answer_cut == 2 * 2  # each long example loses its answer and the <|end|>
@@ -97,14 +99,15 @@ def test_report_figures_with_a_real_template(tmp_path: Path):
         2 * sum(min(n, 64) for n in lengths) / 20
     )
     assert any("cuts 10.0% of examples" in w for w in r.warnings)
-    packed = length_report(plan, scanned, targets=GPU, packing=True)
+    packed = length_report(build_report(plan, targets=GPU, solve=False), scanned, packing=True)
     assert packed.real_tokens_per_micro_batch == 128
     assert packed.micro_batches_per_epoch == math.ceil(sum(min(n, 64) for n in lengths) / 128)
 
 
 def test_below_the_typical_example_is_the_guides_fifth_mistake(tmp_path: Path):
     data, tok = _dataset(tmp_path, [100] * 5)
-    r = length_report(Plan(model="0.5B", seq_len=50), scan_data(data, "7B", tok), targets=GPU)
+    report = build_report(Plan(model="0.5B", seq_len=50), targets=GPU, solve=False)
+    r = length_report(report, scan_data(data, "7B", tok))
     assert r.over_share == 1.0
     assert "below the typical example (100 tokens, the median)" in r.warnings[0]
     assert r.answer_cut == 5 * 2
@@ -117,9 +120,9 @@ def test_a_length_that_does_not_fit_names_the_longest_that_does(tmp_path: Path):
     spec = resolve_model("0.5B")
     usable = estimate(replace(plan, seq_len=4000), spec).judged_bytes  # fits 4,000 tokens
     small = [DeviceTarget.gpu("small", usable)]
-    r = length_report(plan, scanned, targets=small, keep_share=1.0)
+    r = length_report(build_report(plan, targets=small, solve=False), scanned, keep_share=1.0)
     assert r.keep.seq_len == 60_000 and r.keep.fits is False
-    longest = max_seq_len(plan, spec, usable, "gpu")
+    longest = max_seq_len(plan, spec, Budget(usable))
     assert r.keep.longest_fitting == longest
     assert longest is not None and 1000 <= longest < 60_000
     assert r.keep.share_at_longest == pytest.approx(0.8)
@@ -142,9 +145,9 @@ def test_the_cli_flags_text_and_json(tmp_path: Path):
     add_data_arguments(parser)
     ns = parser.parse_args(["--data", data, "--tokenizer", tok, "--keep-share", "90%"])
     assert ns.keep_share == 0.9
-    assert data_report(parser.parse_args([]), Plan(), resolve_model("7B"), GPU) is None
+    assert data_report(parser.parse_args([]), build_report(Plan(), targets=GPU)) is None
     plan = Plan(model="0.5B", seq_len=32).validated()
-    r = data_report(ns, plan, resolve_model("0.5B"), GPU)
+    r = data_report(ns, build_report(plan, targets=GPU, solve=False))
     assert r is not None
     text = render_lengths(r)
     assert "3 examples (messages)" in text and "p50 30" in text and "to keep 90%" in text

@@ -11,9 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "probe"))
 from fake_run_logs import GiB, MiB, run_record, step_record, write_log
 
-from trainmem.core.calibration import Calibration, recalibrated
+from trainmem.core.calibration import Calibration
 from trainmem.core.estimator import estimate
-from trainmem.core.plan import Plan
 from trainmem.core.runtime import (
     ALLOCATOR_RESERVE_FRACTION,
     CUDA_CONTEXT_BYTES,
@@ -21,14 +20,11 @@ from trainmem.core.runtime import (
     built_in_figures,
     gpu_family,
 )
-from trainmem.core.target import DeviceTarget
 from trainmem.planner.calibration import (
     CalibrationError,
-    calibrated_report,
     calibration_for,
     measure,
 )
-from trainmem.planner.report import build_report
 from trainmem.planner.run_report import build_run_report, rank_report
 from trainmem.sources.run_logs import read_run_log, rebuild_plan
 
@@ -125,36 +121,6 @@ def test_without_nvml_the_devices_used_memory_stands_in(tmp_path: Path):
 def test_a_cpu_log_cannot_calibrate(tmp_path: Path):
     with pytest.raises(CalibrationError, match="from a cpu run: calibration is for CUDA"):
         measure(_log(tmp_path, [step_record(1)], device="cpu"))
-
-
-def test_calibration_changes_only_the_runtime_part():
-    from trainmem.core.architecture import spec_from_count
-
-    est = estimate(Plan(model="1B").validated(), spec_from_count(1_000_000_000, "1B"))
-    cal = Calibration("NVIDIA H100 80GB HBM3", 300 * MiB, 0.2, "run.rank0.jsonl")
-    after = recalibrated(est, cal.figures)
-    assert after.allocated_bytes == est.allocated_bytes and after.phases == est.phases
-    tensors = [c for c in est.components if c.kind == "tensor"]
-    assert [c for c in after.components if c.kind == "tensor"] == tensors
-    assert after.component("CUDA context") == 300 * MiB
-    assert after.component("allocator reserve") == round(est.allocated_bytes * 0.2)
-    assert after.device_bytes == est.allocated_bytes + 300 * MiB + round(est.allocated_bytes * 0.2)
-    assert after.device_bytes_on("gpu") == after.device_bytes
-    assert any("calibrated from run.rank0.jsonl" in n for n in after.notes)
-    assert not any("not yet calibrated" in n for n in after.notes)
-
-
-def test_a_calibrated_report_judges_each_gpu_on_its_own_calibration():
-    plan = Plan(model="1B")
-    targets = [DeviceTarget.gpu("H100-80GB", 80 * GiB), DeviceTarget.gpu("RTX-4090", 24 * GiB)]
-    report = build_report(plan, targets=targets, solve=False)
-    cal = Calibration("NVIDIA H100 80GB HBM3", 0, 0.0, "r.jsonl")
-    after = calibrated_report(report, {cal.gpu: cal})
-    allocated = report.estimate.allocated_bytes
-    assert after.estimate.device_bytes == allocated  # the H100 (first) calibrated to no overhead
-    assert after.fit[0].headroom_bytes == 80 * GiB - allocated
-    assert after.fit[1] == report.fit[1]  # the 4090 was never calibrated
-    assert calibrated_report(report, {}) is report
 
 
 def test_calibrations_are_found_by_nvml_name_or_preset():

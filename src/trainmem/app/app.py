@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -43,6 +43,7 @@ from trainmem.sources.plan_files import (
 )
 
 if TYPE_CHECKING:  # the sampler module loads NVML bindings: imported when sampling starts
+    from trainmem.core.calibration import Calibration
     from trainmem.devices.sampler import HistoryPoint
     from trainmem.devices.snapshot import Snapshot  # the sampler's too: the first frame has none
 
@@ -132,12 +133,15 @@ class TrainmemApp(App[None]):
         tokenizer: str | None = None,
         run_logs: Iterable[str | Path] = (),
         find_processes: bool = False,
+        calibrations: Mapping[str, Calibration] | None = None,
     ) -> None:
         super().__init__()
         # Off by default: a blinking cursor repaints twice a second, which over SSH for a
         # dashboard left open all day is traffic and CPU for nothing (and a clock in snapshots).
         self.cursor_blink = cursor_blink
-        self.state = DashboardState(plan_set, plans_path, {p.resolve() for p in broken_paths})
+        self.state = DashboardState(
+            plan_set, plans_path, {p.resolve() for p in broken_paths}, calibrations
+        )
         self.state.sampler = _NoSampler()
         self.interval = interval
         self._sampler_factory = sampler_factory
@@ -527,6 +531,7 @@ def make_app(
     tokenizer: str | None = None,
     run_logs: Iterable[str | Path] = (),
     find_processes: bool = False,
+    calibrations: Mapping[str, Calibration] | None = None,
 ) -> TrainmemApp:
     """The dashboard. Without ``sampler_factory`` it samples this machine's real devices, or
     with ``prometheus`` (a server URL) the cluster's nodes, filtered by ``select``."""
@@ -547,4 +552,5 @@ def make_app(
         tokenizer=tokenizer,
         run_logs=run_logs,
         find_processes=find_processes,
+        calibrations=calibrations,
     )

@@ -6,6 +6,7 @@ anything else (a path, a cached Hugging Face id) reads files and is resolved in 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from trainmem.app.targets import plan_targets
@@ -18,6 +19,7 @@ from trainmem.sources import catalog
 from trainmem.sources.resolve import resolve_model
 
 if TYPE_CHECKING:
+    from trainmem.core.calibration import Calibration
     from trainmem.devices.snapshot import Snapshot
 
 
@@ -66,27 +68,45 @@ def read_model(text: str) -> tuple[ModelSpec | None, PlanError | None]:
         return None, exc
 
 
-def evaluate(plan: Plan, spec: ModelSpec, snapshot: Snapshot | None) -> Report:
-    """Estimate and fit, no what-if: fast enough (~1 ms) to run on every keystroke.
+def evaluate(
+    plan: Plan,
+    spec: ModelSpec,
+    snapshot: Snapshot | None,
+    calibrations: Mapping[str, Calibration],
+) -> Report:
+    """Estimate and fit, no what-if: fast enough (~1 ms) to run on every keystroke. The same
+    inputs as `plan` gives build_report (this machine's calibrations included), so the
+    dashboard and the CLI show the same figures.
 
     Raises PlanError for a bad plan and ValueError (from the device parser) for a bad device."""
-    return build_report(
-        plan,
-        spec,
-        plan_targets(plan.device, snapshot),
-        solve=False,
-        node_ram_bytes=_ram(plan, snapshot),
-    )
+    return _report(plan, spec, snapshot, calibrations, solve=False)
 
 
-def solve(plan: Plan, spec: ModelSpec, snapshot: Snapshot | None) -> Report:
+def solve(
+    plan: Plan,
+    spec: ModelSpec,
+    snapshot: Snapshot | None,
+    calibrations: Mapping[str, Calibration],
+) -> Report:
     """The full report, advice and what-if for the first device included (tens of ms): run it
     in a worker thread."""
+    return _report(plan, spec, snapshot, calibrations, solve=True)
+
+
+def _report(
+    plan: Plan,
+    spec: ModelSpec,
+    snapshot: Snapshot | None,
+    calibrations: Mapping[str, Calibration],
+    *,
+    solve: bool,
+) -> Report:
     return build_report(
         plan,
         spec,
         plan_targets(plan.device, snapshot),
-        solve=True,
+        calibrations=calibrations,
+        solve=solve,
         node_ram_bytes=_ram(plan, snapshot),
     )
 

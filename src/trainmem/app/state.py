@@ -7,6 +7,7 @@ reactive counters tell the screens when a part changed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,15 +18,22 @@ from trainmem.sources.paths import default_plans_path
 from trainmem.sources.plan_files import PlanSet
 
 if TYPE_CHECKING:
+    from trainmem.core.calibration import Calibration
     from trainmem.devices.snapshot import Snapshot
     from trainmem.planner.report import Report
 
 
 class DashboardState:
     def __init__(
-        self, plan_set: PlanSet | None, plans_path: Path | None, broken_paths: set[Path]
+        self,
+        plan_set: PlanSet | None,
+        plans_path: Path | None,
+        broken_paths: set[Path],
+        calibrations: Mapping[str, Calibration] | None = None,
     ) -> None:
         self.workspace = Workspace(plan_set)
+        # This machine's calibrations, read before start-up: every report is built with them.
+        self.calibrations: Mapping[str, Calibration] = calibrations or {}
         self.specs = SpecCache()
         self.plans_path = plans_path or default_plans_path()
         # Files that failed to load: never written over, so nothing in them is lost.

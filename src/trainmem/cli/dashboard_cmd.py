@@ -107,8 +107,9 @@ Startup = tuple[argparse.Namespace, PlanSet | None, list[tuple[str, str]], list[
 
 
 def startup(argv: list[str]) -> Startup:
-    """Parse flags and read the plans to open: returns the namespace, the plans, messages to
-    show in the app and files that failed to load (never to be overwritten)."""
+    """Parse flags and read the plans to open: returns the namespace (with the calibrations
+    in ``ns.calibrations``), the plans, messages to show in the app and files that failed to
+    load (never to be overwritten)."""
     parser = build_parser()
     ns = parser.parse_args(argv)
     if ns.select and not ns.prometheus:
@@ -143,6 +144,13 @@ def startup(argv: list[str]) -> Startup:
     if planned is not None and planned.unmodelled:  # what a --from config sets but no field
         shown = "; ".join(planned.unmodelled)
         messages.append(("warning", f"not in the estimate (not modelled): {shown}"))
+    # This machine's calibrations, read before the first frame (a small file) so that every
+    # report the dashboard builds uses them, as `plan` does; a broken file is one warning.
+    from trainmem.planner.calibration import machine_calibrations
+
+    ns.calibrations, warning = machine_calibrations()
+    if warning:
+        messages.append(("warning", warning))
     if cli_plan is not None:  # open on the plan the flags describe, after the restored ones
         if plan_set is None:
             plan_set = PlanSet((NamedPlan("", cli_plan, auto=True),))
@@ -174,6 +182,7 @@ def run(argv: list[str]) -> int:
     from trainmem.app import make_app
 
     app = make_app(
+        calibrations=ns.calibrations,
         plan_set=plan_set,
         plans_path=ns.compare,
         interval=ns.interval,

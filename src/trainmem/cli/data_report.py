@@ -10,14 +10,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from trainmem.core.architecture import ModelSpec
-from trainmem.core.plan import Plan
-from trainmem.core.target import DeviceTarget
 from trainmem.core.units import fmt_bytes
 from trainmem.planner import KEEP_SHARE
 
 if TYPE_CHECKING:  # the dataset readers load when --data is given, not with the parser
     from trainmem.planner.lengths import LengthReport
+    from trainmem.planner.report import Report
 
 
 def _share(text: str) -> float:
@@ -54,21 +52,16 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def data_report(
-    ns: argparse.Namespace,
-    plan: Plan,
-    spec: ModelSpec,
-    targets: list[DeviceTarget],
-) -> LengthReport | None:
-    """The ``--data`` report for ``plan`` (None without ``--data``); ValueError, one line,
-    for a dataset or tokenizer that cannot be read."""
+def data_report(ns: argparse.Namespace, report: Report) -> LengthReport | None:
+    """The ``--data`` report for the plan of ``report``, on its figures (None without
+    ``--data``); ValueError, one line, for a dataset or tokenizer that cannot be read."""
     text = getattr(ns, "data", None)
     if not text:
         return None
     from trainmem.planner.lengths import length_report, scan_data
 
-    scanned = scan_data(text, plan.model, getattr(ns, "tokenizer", None))
-    return length_report(plan, scanned, spec, targets, keep_share=ns.keep_share)
+    scanned = scan_data(text, report.estimate.plan.model, getattr(ns, "tokenizer", None))
+    return length_report(report, scanned, keep_share=ns.keep_share)
 
 
 def lengths_json(report: LengthReport) -> dict[str, Any]:

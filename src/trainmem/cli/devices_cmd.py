@@ -359,12 +359,18 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _plan_peak(args: argparse.Namespace) -> Any:
     from trainmem.devices.exporter import PlanPeak
+    from trainmem.planner.calibration import machine_calibrations
     from trainmem.planner.report import build_report
 
     ns = argparse.Namespace(**{**_PLAN_DEFAULTS, **vars(args)})
+    calibrations, warning = machine_calibrations()
+    if warning:
+        sys.stderr.write(f"{PROG}: warning: {warning}\n")
     try:
         plan = plan_from_args(ns)
-        report = build_report(plan, resolve_for_args(ns, plan))
+        report = build_report(
+            plan, resolve_for_args(ns, plan), calibrations=calibrations, solve=False
+        )
     except (PlanError, ValueError) as err:
         raise UsageError(str(err)) from None
     return PlanPeak(plan.model, plan.method, report.estimate.device_bytes)

@@ -26,8 +26,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="exit 1 when the plan does not fit every target device (tight counts as fitting), "
-        "0 when it fits, 2 for bad input: a guard for launch scripts",
+        help="exit 1 when the plan does not fit every target device (tight counts as fitting; "
+        "a plan judged on the rule of thumb must also fit on its device peak; the node's RAM "
+        "counts where it is known), 0 when it fits, 2 for bad input: a guard for launch scripts",
     )
     parser.set_defaults(run=run)
 
@@ -37,13 +38,11 @@ def run(ns: argparse.Namespace) -> int:
 
     try:
         planned = planned_from_args(ns)
-        report = build_report(planned.plan, resolve_for_args(ns, planned.plan))
-        if not ns.no_calibration:  # the runtime part from `calibrate`, per GPU model
-            from trainmem.planner.calibration import calibrated_report
-            from trainmem.sources.calibration import load_calibrations
-
-            report = calibrated_report(report, load_calibrations())
-        lengths = data_report(ns, planned.plan, report.estimate.model, list(report.targets))
+        calibrations = _calibrations(ns)
+        report = build_report(
+            planned.plan, resolve_for_args(ns, planned.plan), calibrations=calibrations
+        )
+        lengths = data_report(ns, report)
     except (PlanError, ValueError) as exc:
         sys.stderr.write(f"trainmem-tui plan: error: {exc}\n")
         return 2
@@ -52,7 +51,8 @@ def run(ns: argparse.Namespace) -> int:
         if not report.fit:
             sys.stderr.write("trainmem-tui plan: error: --check needs a device to judge on\n")
             return 2
-        status = 0 if all(f.fits for f in report.fit) else 1
+        # Every device on the judged figure and the device peak, and the node's RAM.
+        status = 0 if report.fits_everywhere else 1
     if ns.json:
         out = report.to_json()
         # Where each plan field came from, and the config keys the estimate leaves out.
@@ -72,6 +72,19 @@ def run(ns: argparse.Namespace) -> int:
     if ns.from_files or ns.from_args:
         _render_origins(planned)
     return status
+
+
+def _calibrations(ns: argparse.Namespace) -> dict[str, Any]:
+    """This machine's calibrations, unless --no-calibration; a file that cannot be used is
+    one warning on stderr and counts as none."""
+    if ns.no_calibration:
+        return {}
+    from trainmem.planner.calibration import machine_calibrations
+
+    calibrations, warning = machine_calibrations()
+    if warning:
+        sys.stderr.write(f"trainmem-tui plan: warning: {warning}\n")
+    return calibrations
 
 
 def _config_notes(planned: Planned) -> list[str]:

@@ -105,6 +105,7 @@ class ModelSpec:
     source: str = "config"  # catalogue | config | safetensors | count | hf-cache
     assumed: bool = False  # dimensions guessed from a bare parameter count
     exact_params: int | None = None  # from safetensors headers, when known
+    context: int = 0  # max_position_embeddings, the longest sequence it was built for; 0: unknown
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -234,6 +235,7 @@ LIMITS = {
     "num_experts_per_tok": (1, 65_536),  # and at most the number of experts
     "moe_intermediate_size": (1, 2**24),
     "shared_expert_intermediate_size": (0, 2**24),
+    "max_position_embeddings": (0, 2**27),
 }
 MAX_PARAMS = 10**14  # 100T parameters: ~50x the largest published model
 
@@ -374,6 +376,7 @@ def spec_from_config(
         dtype=_dtype_name(cfg.get("torch_dtype") or cfg.get("dtype")),
         hf_id=hf_id,
         source=source,
+        context=_int(cfg, "max_position_embeddings", 0),
         notes=tuple(notes),
     )
     if spec.architecture_params > MAX_PARAMS:

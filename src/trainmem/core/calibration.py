@@ -1,18 +1,17 @@
-"""This machine's measured CUDA runtime, as data, and an estimate re-costed with it.
+"""This machine's measured CUDA runtime, as data.
 
 A calibration (written by `trainmem-tui calibrate` from a probe log, read from disk by
 trainmem.sources.calibration) holds what one GPU model showed in a real run: the CUDA context
 (the driver's figure for the process minus the allocator's reserved bytes) and the reserve
-ratio (peak reserved / peak allocated - 1). It replaces the runtime part of the device peak
-only: the allocated estimate, every tensor component and the peak phase stay as they are.
+ratio (peak reserved / peak allocated - 1). Its ``figures`` are an input of the estimate
+(``estimate(..., figures=...)``): they set the runtime part of the device peak only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from trainmem.core.estimator import Component, Estimate
-from trainmem.core.runtime import RUNTIME_COMPONENTS, RuntimeFigures, runtime_note, runtime_overhead
+from trainmem.core.runtime import RuntimeFigures
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,24 +31,3 @@ class Calibration:
         return RuntimeFigures(
             self.context_bytes, self.reserve_fraction, f"calibrated from {self.run}", True
         )
-
-
-def recalibrated(est: Estimate, figures: RuntimeFigures) -> Estimate:
-    """``est`` with its runtime components (GPU only) from ``figures``; the allocated peak and
-    the tensor components are unchanged. An estimate for unified memory or CPU is returned as
-    it is: calibration is for CUDA."""
-    if est.runtime_kind != "gpu":
-        return est
-    overhead = runtime_overhead("gpu", est.allocated_bytes, figures)
-    components = tuple(
-        Component(c.name, overhead[c.name], c.kind) if c.name in RUNTIME_COMPONENTS else c
-        for c in est.components
-    )
-    old_note = runtime_note("gpu")
-    notes = tuple(runtime_note("gpu", figures) if n == old_note else n for n in est.notes)
-    return replace(
-        est,
-        components=components,
-        device_bytes=est.allocated_bytes + sum(overhead.values()),
-        notes=notes,
-    )

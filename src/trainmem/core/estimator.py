@@ -18,7 +18,13 @@ from trainmem.core.losses import loss_head
 from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes, dtypes
 from trainmem.core.rule_of_thumb import rule_of_thumb_bytes
-from trainmem.core.runtime import RUNTIME_COMPONENTS, runtime_note, runtime_overhead
+from trainmem.core.runtime import (
+    RUNTIME_COMPONENTS,
+    TYPICAL,
+    RuntimeFigures,
+    runtime_note,
+    runtime_overhead,
+)
 from trainmem.core.sharding import NONE as NO_GATHER
 from trainmem.core.sharding import (
     Gathered,
@@ -76,6 +82,7 @@ class Estimate:
     saved_activation_bytes: int  # what autograd holds once forward ends
     notes: tuple[str, ...] = field(default=())
     runtime_kind: TargetKind = "gpu"
+    runtime_figures: RuntimeFigures = TYPICAL  # the CUDA runtime's (built-in or calibrated)
     # Per node (trainmem.core.sharding.host_memory): host RAM the run needs at its peak, of
     # which the offloaded states and the weights loaded before sharding.
     host_bytes_per_node: int = 0
@@ -89,17 +96,21 @@ class Estimate:
     def component(self, name: str) -> int:
         return next((c.bytes for c in self.components if c.name == name), 0)
 
-    def device_bytes_on(self, kind: TargetKind) -> int:
-        """The device peak on a device of ``kind`` (runtime overhead differs by kind); on the
-        estimate's own kind, its own runtime figures (a calibration, trainmem.core.calibration)."""
-        if kind == self.runtime_kind:
+    def device_bytes_on(self, kind: TargetKind, figures: RuntimeFigures | None = None) -> int:
+        """The device peak on a device of ``kind`` whose CUDA runtime has ``figures`` (default:
+        this estimate's own): the same tensors, another runtime part."""
+        figures = figures or self.runtime_figures
+        if kind == self.runtime_kind and figures == self.runtime_figures:
             return self.device_bytes
-        return self.allocated_bytes + sum(runtime_overhead(kind, self.allocated_bytes).values())
+        overhead = runtime_overhead(kind, self.allocated_bytes, figures)
+        return self.allocated_bytes + sum(overhead.values())
 
-    def judged_bytes_on(self, kind: TargetKind) -> int:
+    def judged_bytes_on(self, kind: TargetKind, figures: RuntimeFigures | None = None) -> int:
         """The figure a fit on a device of ``kind`` is judged on: its device peak, or the
         guide's rule when the plan asks for it."""
-        return self.rule_of_thumb_bytes if self.plan.rule_of_thumb else self.device_bytes_on(kind)
+        if self.plan.rule_of_thumb:
+            return self.rule_of_thumb_bytes
+        return self.device_bytes_on(kind, figures)
 
     @property
     def judged_bytes(self) -> int:
@@ -386,11 +397,16 @@ MOMENTS = {
 
 
 def estimate(
-    plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda", runtime: TargetKind = "gpu"
+    plan: Plan,
+    spec: ModelSpec,
+    kernels: Kernels = "cuda",
+    runtime: TargetKind = "gpu",
+    figures: RuntimeFigures = TYPICAL,
 ) -> Estimate:
     """Estimate one training step. ``kernels="cpu"`` models CPU kernels where they keep
     different tensors (dropout), for comparison with measurements taken on a CPU;
-    ``runtime`` is the kind of device whose overhead the device peak adds."""
+    ``runtime`` is the kind of device whose overhead the device peak adds, with ``figures``
+    for a CUDA runtime (built-in, or this machine's calibration of that GPU)."""
     if kernels not in ("cuda", "cpu"):
         raise ValueError(f"kernels must be 'cuda' or 'cpu', not {kernels!r}")
     plan = plan.validated()
@@ -401,7 +417,7 @@ def estimate(
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     peak_phase = max(totals, key=lambda name: totals[name])
     allocated = totals[peak_phase]
-    overhead = runtime_overhead(runtime, allocated)
+    overhead = runtime_overhead(runtime, allocated, figures)
     parts = {**phases[peak_phase], **overhead}
     host = _host(plan, spec, step)
     gathered_now = phases[peak_phase]["weights"] - step.states.weights
@@ -421,8 +437,9 @@ def estimate(
         rule_of_thumb_bytes=rule_of_thumb_bytes(spec.params, plan),
         trainable_params=step.states.trainable_params,
         saved_activation_bytes=step.saved_after_forward,
-        notes=_notes(spec, plan, runtime),
+        notes=(*_notes(spec, plan, runtime), runtime_note(runtime, figures)),
         runtime_kind=runtime,
+        runtime_figures=figures,
         host_bytes_per_node=host.peak,
         host_offloaded_bytes=host.offloaded,
         host_loading_bytes=host.loading,
@@ -466,7 +483,6 @@ def _notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> tuple[str, ...]:
     ignored = plan.ignored_fields()
     if ignored:
         notes.append(f"{', '.join(ignored)} do not apply to this plan and change nothing")
-    notes.append(runtime_note(runtime))
     return tuple(notes)
 
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainmem.core.runtime import TYPICAL, RuntimeFigures
+from trainmem.core.target import TargetKind
+
 TIGHT_FRACTION = 0.10
 UNIFIED_USABLE = 0.75
 
@@ -18,6 +21,11 @@ class FitResult:
     usable_bytes: int
     verdict: str  # "fits" | "tight" | "too big"
     headroom_bytes: int  # negative when too big
+
+    @property
+    def required_bytes(self) -> int:
+        """The figure judged (headroom is measured from it, so the two always agree)."""
+        return self.usable_bytes - self.headroom_bytes
 
     @property
     def fits(self) -> bool:
@@ -37,3 +45,14 @@ def judge_fit(required_bytes: int, device: str, usable: int) -> FitResult:
     else:
         verdict = "fits"
     return FitResult(device, usable, verdict, headroom)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One device as a plan's searches see it: the bytes a run may use, the kind of device
+    whose runtime the device peak adds, and that runtime's figures (built-in or this
+    machine's calibration of that GPU)."""
+
+    usable_bytes: int
+    kind: TargetKind = "gpu"
+    figures: RuntimeFigures = TYPICAL

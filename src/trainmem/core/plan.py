@@ -484,7 +484,13 @@ class Plan:
     )
 
     def validated(self) -> Plan:
-        """Every field checked against its declaration, then the rules between fields."""
+        """Every field checked against its declaration, then the rules between fields.
+
+        Checked once: the plan returned carries a mark (not a field, so ``replace()`` makes
+        an unchecked copy, and equality ignores it) that makes its own ``validated()`` free,
+        so the estimate, the report and the what-ifs may each ask without checking again."""
+        if self.__dict__.get("_checked"):
+            return self
         values = {spec.name: spec.check(getattr(self, spec.name)) for spec in PLAN_FIELDS}
         plan = replace(self, **values)
         if not plan.model.strip():
@@ -503,12 +509,14 @@ class Plan:
             )
         targets = parse_lora_targets(plan.lora_targets)
         preset = plan.lora_targets.strip().lower()
-        return replace(
+        checked = replace(
             plan,
             model=plan.model.strip(),
             lora_targets=preset if preset in LORA_PRESETS else ",".join(targets),
             modules_to_save=",".join(parse_saved_modules(plan.modules_to_save)),
         )
+        object.__setattr__(checked, "_checked", True)  # frozen: the mark goes in by hand
+        return checked
 
     @cached_property
     def training(self) -> Method:

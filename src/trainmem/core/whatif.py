@@ -1,7 +1,12 @@
 """What-if answers: the longest sequence and largest batch that fit, the largest catalogue model
 per method, and ranked advice when a plan does not fit.
 
-Every answer re-estimates a changed plan; nothing is a fixed percentage.
+Every answer re-estimates a changed plan on one ``Budget`` (the device's usable bytes, its kind
+and its runtime figures, calibrated or built-in), so it agrees with the report's verdict;
+nothing is a fixed percentage. The searches are bounded by sense: a sequence by the model's
+context (``max_position_embeddings``), a micro-batch by ``BATCH_LIMIT``. A plan judged on the
+guide's rule of thumb must fit on both figures (the rule ignores the sequence, the batch and
+sharding, so alone it would let any of them grow without end): its need is the larger one.
 """
 
 from __future__ import annotations
@@ -11,12 +16,14 @@ from dataclasses import dataclass, replace
 
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.estimator import estimate
-from trainmem.core.fit import TIGHT_FRACTION
+from trainmem.core.fit import TIGHT_FRACTION, Budget
 from trainmem.core.methods import METHODS
 from trainmem.core.plan import Plan
-from trainmem.core.target import TargetKind
 
-SEARCH_LIMIT = 1 << 20
+SEARCH_LIMIT = 1 << 20  # tokens, for a model whose context is not known
+BATCH_LIMIT = 4096  # examples per micro-batch: past any LLM fine-tune's
+# Advice must save at least this share of the need: a change that saves less is no remedy.
+MIN_SAVING_SHARE = 0.01
 
 
 def _largest(fits: Callable[[int], bool], low: int, high: int) -> int | None:
@@ -32,22 +39,32 @@ def _largest(fits: Callable[[int], bool], low: int, high: int) -> int | None:
     return low
 
 
-def _judged(plan: Plan, spec: ModelSpec, kind: TargetKind) -> int:
-    return estimate(plan, spec, runtime=kind).judged_bytes
+def need(plan: Plan, spec: ModelSpec, budget: Budget) -> int:
+    """What ``plan`` needs of ``budget``'s device: its device peak, or for a plan judged on
+    the rule of thumb the larger of the rule and the peak (both verdicts must pass)."""
+    est = estimate(plan, spec, runtime=budget.kind, figures=budget.figures)
+    return (
+        max(est.device_bytes, est.rule_of_thumb_bytes) if plan.rule_of_thumb else est.judged_bytes
+    )
 
 
-def _fits(plan: Plan, spec: ModelSpec, usable: int, kind: TargetKind = "gpu") -> bool:
-    return _judged(plan, spec, kind) <= usable
+def _fits(plan: Plan, spec: ModelSpec, budget: Budget) -> bool:
+    return need(plan, spec, budget) <= budget.usable_bytes
 
 
-def max_seq_len(plan: Plan, spec: ModelSpec, usable: int, kind: TargetKind = "gpu") -> int | None:
-    """The longest sequence that fits ``usable`` bytes of a device of ``kind``."""
-    return _largest(lambda s: _fits(replace(plan, seq_len=s), spec, usable, kind), 1, SEARCH_LIMIT)
+def seq_len_limit(spec: ModelSpec) -> int:
+    """The longest sequence worth searching: the model's context when known."""
+    return spec.context or SEARCH_LIMIT
 
 
-def max_batch(plan: Plan, spec: ModelSpec, usable: int, kind: TargetKind = "gpu") -> int | None:
-    """The largest micro-batch that fits."""
-    return _largest(lambda b: _fits(replace(plan, batch=b), spec, usable, kind), 1, 65_536)
+def max_seq_len(plan: Plan, spec: ModelSpec, budget: Budget) -> int | None:
+    """The longest sequence (up to the model's context) that fits."""
+    return _largest(lambda s: _fits(replace(plan, seq_len=s), spec, budget), 1, seq_len_limit(spec))
+
+
+def max_batch(plan: Plan, spec: ModelSpec, budget: Budget) -> int | None:
+    """The largest micro-batch (up to ``BATCH_LIMIT``) that fits."""
+    return _largest(lambda b: _fits(replace(plan, batch=b), spec, budget), 1, BATCH_LIMIT)
 
 
 def _model_id(spec: ModelSpec) -> str:
@@ -55,7 +72,7 @@ def _model_id(spec: ModelSpec) -> str:
 
 
 def largest_model(
-    plan: Plan, usable: int, candidates: Sequence[ModelSpec], kind: TargetKind = "gpu"
+    plan: Plan, budget: Budget, candidates: Sequence[ModelSpec]
 ) -> dict[str, str | None]:
     """For each method, the candidate (e.g. the catalogue) with the most parameters that fits."""
     best: dict[str, str | None] = {}
@@ -63,7 +80,7 @@ def largest_model(
         fitting = [
             (c.params, _model_id(c))
             for c in candidates
-            if _fits(replace(plan, method=method, model=_model_id(c)), c, usable, kind)
+            if _fits(replace(plan, method=method, model=_model_id(c)), c, budget)
         ]
         best[method] = max(fitting)[1] if fitting else None
     return best
@@ -101,24 +118,24 @@ SHARDINGS: dict[str, dict[str, object]] = {
 
 
 def fewest_gpus(
-    plan: Plan, spec: ModelSpec, usable: int, kind: TargetKind = "gpu", limit: int = 1024
+    plan: Plan, spec: ModelSpec, budget: Budget, limit: int = 1024
 ) -> dict[str, int | None]:
     """For each strategy and stage, the fewest GPUs per node (on the plan's nodes) whose
-    per-GPU peak fits ``usable``; None when even ``limit`` do not. Per-GPU memory never grows
+    per-GPU peak fits the budget; None when even ``limit`` do not. Per-GPU memory never grows
     with more GPUs (tests/core/test_sharding.py), so a bisection finds it."""
     out: dict[str, int | None] = {}
     for name, changes in SHARDINGS.items():
         sharded = replace(plan, **changes)  # type: ignore[arg-type]
 
         def fits(n: int, p: Plan = sharded) -> bool:
-            return _fits(replace(p, gpus=n), spec, usable, kind)
+            return _fits(replace(p, gpus=n), spec, budget)
 
         out[name] = _smallest(fits, 1, limit)
     return out
 
 
 def _sharding_options(
-    plan: Plan, spec: ModelSpec, usable: int, kind: TargetKind
+    plan: Plan, spec: ModelSpec, budget: Budget
 ) -> list[tuple[str, dict[str, object], str | None]]:
     """The multi-GPU remedies: a higher stage, offload, more GPUs."""
     options: list[tuple[str, dict[str, object], str | None]] = []
@@ -137,7 +154,7 @@ def _sharding_options(
     ):
         options.append(("offload parameters to host RAM", {"offload": "params"}, host))
     if plan.sharding != "ddp":
-        more = _smallest(lambda n: _fits(replace(plan, gpus=n), spec, usable, kind), 1, 1024)
+        more = _smallest(lambda n: _fits(replace(plan, gpus=n), spec, budget), 1, 1024)
         if more is not None and more > plan.gpus:
             options.append((f"use {more} GPUs per node", {"gpus": more}, None))
     return options
@@ -155,18 +172,19 @@ class Advice:
 def advice(
     plan: Plan,
     spec: ModelSpec,
-    usable: int,
+    budget: Budget,
     candidates: Sequence[ModelSpec] = (),
-    kind: TargetKind = "gpu",
 ) -> list[Advice]:
-    """The guide's remedies, in its order, each re-estimated; empty when the plan fits.
-    ``candidates`` are the models a smaller one may be picked from (the catalogue)."""
+    """The guide's remedies, in its order, each re-estimated; empty when the plan fits with
+    room to spare. ``candidates`` are the models a smaller one may be picked from (the
+    catalogue). Only changes that lower the need by ``MIN_SAVING_SHARE`` or more are given."""
     plan = plan.validated()
-    now = _judged(plan, spec, kind)
+    usable = budget.usable_bytes
+    now = need(plan, spec, budget)
     if now <= usable * (1 - TIGHT_FRACTION):
         return []
     options: list[tuple[str, dict[str, object], str | None]] = []
-    seq = max_seq_len(plan, spec, usable, kind)
+    seq = max_seq_len(plan, spec, budget)
     if plan.seq_len > 1:
         target = seq if seq and seq < plan.seq_len else plan.seq_len // 2
         options.append(
@@ -178,7 +196,7 @@ def advice(
             )
         )
     if plan.batch > 1:
-        batch = max_batch(plan, spec, usable, kind) or 1
+        batch = max_batch(plan, spec, budget) or 1
         batch = min(batch, plan.batch - 1) if batch < plan.batch else plan.batch // 2
         options.append(
             (
@@ -217,33 +235,32 @@ def advice(
             )
         )
     if plan.world > 1 or plan.sharding != "ddp":
-        options += _sharding_options(plan, spec, usable, kind)
+        options += _sharding_options(plan, spec, budget)
     result = []
     for action, changes, warning in options:
-        after = _judged(replace(plan, **changes), spec, kind)  # type: ignore[arg-type]
+        after = need(replace(plan, **changes), spec, budget)  # type: ignore[arg-type]
         result.append(Advice(action, now - after, after <= usable, warning, tuple(changes.items())))
-    smaller = _smaller_model(plan, usable, candidates, kind)
+    smaller = _smaller_model(plan, spec, budget, candidates)
     if smaller is not None:
         entry, after = smaller
         result.append(
             Advice(
-                f"pick a smaller model, e.g. {entry}",
-                now - after,
-                True,
-                None,
-                (("model", entry),),
+                f"pick a smaller model, e.g. {entry}", now - after, True, None, (("model", entry),)
             )
         )
-    return result
+    return [a for a in result if a.saves_bytes >= MIN_SAVING_SHARE * now]
 
 
 def _smaller_model(
-    plan: Plan, usable: int, candidates: Sequence[ModelSpec], kind: TargetKind
+    plan: Plan, spec: ModelSpec, budget: Budget, candidates: Sequence[ModelSpec]
 ) -> tuple[str, int] | None:
-    """The largest candidate model that fits this plan unchanged otherwise."""
+    """The largest candidate with fewer parameters than ``spec`` that fits this plan
+    unchanged otherwise."""
     best: tuple[int, str, int] | None = None
     for c in candidates:
-        after = _judged(replace(plan, model=_model_id(c)), c, kind)
-        if after <= usable and (best is None or c.params > best[0]):
+        if c.params >= spec.params:
+            continue
+        after = need(replace(plan, model=_model_id(c)), c, budget)
+        if after <= budget.usable_bytes and (best is None or c.params > best[0]):
             best = (c.params, _model_id(c), after)
     return (best[1], best[2]) if best else None

@@ -9,20 +9,19 @@ Measured from a run log (CUDA only):
   (total - free) stands in for the process's, which assumes the run was alone on the GPU;
 - reserve = the run's peak reserved / its peak allocated - 1 (the estimate's reserve is a
   fraction of the allocated peak).
-Applied: only the runtime part of the device peak changes (trainmem.core.calibration).
+Applied: only the runtime part of the device peak changes: ``figures_for`` gives a target's
+figures to ``build_report`` (trainmem.planner.report), which estimates with them.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from collections.abc import Mapping
 
-from trainmem.core.calibration import Calibration, recalibrated
-from trainmem.core.estimator import Estimate
-from trainmem.core.fit import judge_fit
+from trainmem.core.calibration import Calibration
+from trainmem.core.runtime import RuntimeFigures, built_in_figures
 from trainmem.core.target import DeviceTarget
 from trainmem.devices.presets import resolve_preset
-from trainmem.planner.report import Report
 from trainmem.sources.run_logs import RunLog
 
 
@@ -78,7 +77,7 @@ def _key(name: str) -> str:
     return re.sub(r"[\s_\-]+", "", name.lower()).removeprefix("nvidia")
 
 
-def calibration_for(name: str, calibrations: dict[str, Calibration]) -> Calibration | None:
+def calibration_for(name: str, calibrations: Mapping[str, Calibration]) -> Calibration | None:
     """The calibration of the GPU called ``name`` (NVML's name or a preset's: "H100-80GB"
     finds "NVIDIA H100 80GB HBM3"); None when this GPU model was never calibrated."""
     for gpu, cal in calibrations.items():
@@ -94,31 +93,20 @@ def calibration_for(name: str, calibrations: dict[str, Calibration]) -> Calibrat
     return None
 
 
-def calibrated_estimate(
-    est: Estimate, target: DeviceTarget | None, calibrations: dict[str, Calibration]
-) -> Estimate:
-    """``est`` re-costed with ``target``'s calibration, when it is a calibrated GPU."""
-    if target is None or target.kind != "gpu" or est.runtime_kind != "gpu":
-        return est
-    cal = calibration_for(target.name, calibrations)
-    return recalibrated(est, cal.figures) if cal is not None else est
+def figures_for(target: DeviceTarget, calibrations: Mapping[str, Calibration]) -> RuntimeFigures:
+    """The CUDA runtime figures a target is judged with: this machine's calibration of that
+    GPU model when there is one, else the built-in figures for its name."""
+    cal = calibration_for(target.name, calibrations) if target.kind == "gpu" else None
+    return cal.figures if cal is not None else built_in_figures(target.name)
 
 
-def calibrated_report(report: Report, calibrations: dict[str, Calibration]) -> Report:
-    """``report`` with each GPU verdict judged on that GPU's calibration, and the estimate
-    shown re-costed for the first device. Advice and what-if answers stay on the built-in
-    figures (they are searches over many estimates; the runtime part moves them little)."""
-    if not calibrations:
-        return report
-    est = report.estimate
-    first = report.targets[0] if report.targets else None
-    shown = calibrated_estimate(est, first, calibrations)
-    fits = tuple(
-        judge_fit(
-            calibrated_estimate(est, t, calibrations).judged_bytes_on(t.kind),
-            t.name,
-            t.usable_bytes,
-        )
-        for t in report.targets
-    )
-    return replace(report, estimate=shown, fit=fits)
+def machine_calibrations() -> tuple[dict[str, Calibration], str | None]:
+    """This machine's calibrations (`trainmem-tui calibrate`), and a one-line warning when
+    the file cannot be used: it is then judged as absent (the built-in figures), so a broken
+    or implausible file never stops a plan, and it is left as it is for the user to fix."""
+    from trainmem.sources.calibration import CalibrationFileError, load_calibrations
+
+    try:
+        return load_calibrations(), None
+    except CalibrationFileError as exc:
+        return {}, f"{exc}; the built-in runtime figures are used"

@@ -26,16 +26,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trainmem.core.architecture import ModelSpec
-from trainmem.core.estimator import estimate
-from trainmem.core.fit import judge_fit
+from trainmem.core.fit import Budget, judge_fit
 from trainmem.core.plan import Plan
 from trainmem.core.target import DeviceTarget
-from trainmem.core.whatif import max_seq_len
-from trainmem.devices.target import parse_device_spec
+from trainmem.core.whatif import max_seq_len, need
 from trainmem.planner import KEEP_SHARE
+from trainmem.planner.report import Report
 from trainmem.sources.chat_template import TemplateError
 from trainmem.sources.datasets import Dataset, DatasetError, Example, Malformed, open_dataset
-from trainmem.sources.resolve import resolve_model
 from trainmem.sources.tokens import Tokens, load_tokens
 
 PERCENTILES = (50, 90, 95, 99)
@@ -289,35 +287,31 @@ class LengthReport:
 
 
 def length_report(
-    plan: Plan,
+    report: Report,
     data: Scan,
-    spec: ModelSpec | None = None,
-    targets: list[DeviceTarget] | None = None,
     *,
     keep_share: float = KEEP_SHARE,
     packing: bool | None = None,
 ) -> LengthReport:
-    """Judge ``data`` for ``plan`` on the first of ``targets`` (default: the plan's device).
-    ``packing`` defaults to the plan's own field when it has one."""
+    """Judge ``data`` for the plan of ``report`` on its first device, on the same figures
+    as the report (its budget: usable bytes, kind, runtime figures). ``packing`` defaults to
+    the plan's own field."""
     if not 0 < keep_share <= 1:
         raise ValueError(f"--keep-share: {keep_share} is not a share in (0, 1]")
-    plan = plan.validated()
-    spec = spec or resolve_model(plan.model)
-    if targets is None:
-        targets = parse_device_spec(plan.device)
-    target = targets[0] if targets else None
-    kind = target.kind if target else "gpu"
+    plan, spec = report.estimate.plan, report.estimate.model
+    target = report.targets[0] if report.targets else None
+    budget = report.budgets[0] if report.budgets else Budget(0)
     packed = bool(getattr(plan, "packing", False)) if packing is None else packing
     lengths, limit = data.lengths, plan.seq_len
     n = lengths.examples
 
     def judged(seq_len: int) -> int:
-        return estimate(replace(plan, seq_len=seq_len), spec, runtime=kind).judged_bytes
+        return need(replace(plan, seq_len=seq_len), spec, budget)
 
     def memory_at(label: str, seq_len: int) -> MemoryAt:
-        need = judged(seq_len)
-        verdict = judge_fit(need, target.name, target.usable_bytes).verdict if target else None
-        return MemoryAt(label, seq_len, need, verdict)
+        required = judged(seq_len)
+        verdict = judge_fit(required, target.name, target.usable_bytes).verdict if target else None
+        return MemoryAt(label, seq_len, required, verdict)
 
     pct = {f"p{q}": lengths.percentile(q) for q in PERCENTILES}
     memory = [memory_at("plan", limit)]
@@ -325,7 +319,7 @@ def length_report(
     if not packed and longest_row < limit:  # no batch ever reaches the plan's length
         memory.append(memory_at("longest batch", longest_row))
     memory += [memory_at("p95", pct["p95"]), memory_at("p99", pct["p99"])]
-    keep = _keep(plan, spec, target, lengths, keep_share, judged)
+    keep = _keep(plan, spec, target, budget, lengths, keep_share, judged)
     if packed:
         real = padded = float(plan.batch * limit)
         per_epoch = math.ceil(lengths.kept_tokens(limit) / (plan.batch * limit))
@@ -333,7 +327,7 @@ def length_report(
         real = plan.batch * lengths.kept_tokens(limit) / n
         padded = plan.batch * lengths.padded_row(plan.batch, limit)
         per_epoch = math.ceil(n / plan.batch)
-    report = LengthReport(
+    judged_data = LengthReport(
         scan=data,
         seq_len=limit,
         batch=plan.batch,
@@ -350,13 +344,14 @@ def length_report(
         device=target.name if target else None,
         warnings=(),
     )
-    return replace(report, warnings=_warnings(report))
+    return replace(judged_data, warnings=_warnings(judged_data))
 
 
 def _keep(
     plan: Plan,
     spec: ModelSpec,
     target: DeviceTarget | None,
+    budget: Budget,
     lengths: Lengths,
     share: float,
     judged: Any,
@@ -367,7 +362,7 @@ def _keep(
         return Keep(share, length, need, None)
     if need <= target.usable_bytes:
         return Keep(share, length, need, True)
-    longest = max_seq_len(plan, spec, target.usable_bytes, target.kind)
+    longest = max_seq_len(plan, spec, budget)
     kept = None if longest is None else 1 - lengths.longer_than(longest) / lengths.examples
     return Keep(share, length, need, False, longest, kept)
 

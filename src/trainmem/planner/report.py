@@ -1,21 +1,30 @@
-"""One plan, estimated and judged: the data behind `plan --json`, its table and the dashboard."""
+"""One plan, estimated and judged: the data behind `plan --json`, its table, the dashboard's
+plan, compare and monitor views, the exporter and the dataset report.
+
+``build_report`` is the one path: it takes every input (the plan, the model, the devices, this
+machine's calibrations, the node's RAM) and returns a finished ``Report``; nothing re-costs a
+report after it is built, so every front end shows the same figures for the same inputs.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainmem.core.architecture import ModelSpec
+from trainmem.core.calibration import Calibration
 from trainmem.core.estimator import Estimate, estimate
-from trainmem.core.fit import FitResult, judge_fit
+from trainmem.core.fit import Budget, FitResult, judge_fit
 from trainmem.core.plan import Plan
+from trainmem.core.target import DeviceTarget
+from trainmem.devices.target import parse_device_spec
+from trainmem.planner.calibration import figures_for
+from trainmem.sources import catalog
+from trainmem.sources.resolve import resolve_model
 
 if TYPE_CHECKING:
     from trainmem.core.whatif import Advice
-from trainmem.core.target import DeviceTarget
-from trainmem.devices.target import parse_device_spec
-from trainmem.sources import catalog
-from trainmem.sources.resolve import resolve_model
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
@@ -32,12 +41,18 @@ class WhatIf:
     # Per strategy and stage, the fewest GPUs per node whose per-GPU peak fits (None: none up
     # to the search's limit); empty for a plan on one GPU that fits it.
     fewest_gpus: dict[str, int | None] = field(default_factory=dict)
+    # The searches' bounds: an answer equal to one means "at least this" (the model's context,
+    # or the largest micro-batch searched), not a limit the memory sets.
+    seq_len_limit: int = 0
+    batch_limit: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
             "device": self.device,
             "max_seq_len": self.max_seq_len,
+            "max_seq_len_bound": self.seq_len_limit,
             "max_batch": self.max_batch,
+            "max_batch_bound": self.batch_limit,
             "largest_catalogue_model": dict(self.largest_model),
             "fewest_gpus": dict(self.fewest_gpus),
         }
@@ -72,17 +87,25 @@ def download_size(est: Estimate) -> Download:
 
 @dataclass(frozen=True)
 class Report:
-    estimate: Estimate
+    estimate: Estimate  # on the first device's kind and runtime figures
     targets: tuple[DeviceTarget, ...]
-    fit: tuple[FitResult, ...]
+    fit: tuple[FitResult, ...]  # per target, on the figure the plan is judged on
     advice: tuple[Advice, ...] = ()
     what_if: WhatIf | None = None
     host_fit: FitResult | None = None  # the node's RAM against host_bytes_per_node
+    # Per target, on the detailed device peak: the same as ``fit`` unless the plan is judged
+    # on the rule of thumb, whose verdict alone could pass a plan whose peak does not fit.
+    peak_fit: tuple[FitResult, ...] = ()
+    budgets: tuple[Budget, ...] = ()  # per target: usable bytes, kind, runtime figures
 
     @property
     def fits_everywhere(self) -> bool:
-        """Each GPU, and the node's RAM where it is known."""
-        return all(f.fits for f in self.fit) and (self.host_fit is None or self.host_fit.fits)
+        """Each GPU on both figures, and the node's RAM where it is known."""
+        return (
+            all(f.fits for f in self.fit)
+            and all(f.fits for f in self.peak_fit)
+            and (self.host_fit is None or self.host_fit.fits)
+        )
 
     @property
     def download(self) -> Download:
@@ -130,13 +153,22 @@ class Report:
                     "kind": t.kind,
                     "total_bytes": t.total_bytes,
                     "usable_bytes": f.usable_bytes,
-                    "required_bytes": est.judged_bytes_on(t.kind),
+                    "required_bytes": f.required_bytes,
                     "verdict": f.verdict,
                     "headroom_bytes": f.headroom_bytes,
                     "judged_on": judged_on,
+                    "device_peak": {
+                        "required_bytes": p.required_bytes,
+                        "verdict": p.verdict,
+                        "headroom_bytes": p.headroom_bytes,
+                    },
+                    "runtime_figures": b.figures.source if t.kind == "gpu" else None,
                 }
-                for f, t in zip(self.fit, self.targets, strict=True)
+                for f, p, t, b in zip(
+                    self.fit, self.peak_fit, self.targets, self.budgets, strict=True
+                )
             ],
+            "fits_everywhere": self.fits_everywhere,
             "advice": [
                 {
                     "action": a.action,
@@ -193,42 +225,61 @@ def build_report(
     spec: ModelSpec | None = None,
     targets: list[DeviceTarget] | None = None,
     *,
+    calibrations: Mapping[str, Calibration] | None = None,
     solve: bool = True,
     node_ram_bytes: int | None = None,
 ) -> Report:
     """Estimate ``plan`` and judge it on ``targets`` (default: its ``device`` field), each
-    with its own kind's runtime overhead. The estimate shown is for the first device's kind.
+    with its own kind's runtime and, for a GPU this machine calibrated (``calibrations``, from
+    `trainmem-tui calibrate`), that GPU's measured figures. The estimate shown is the first
+    device's.
 
-    Advice and what-if answers are for the first device. The node's host RAM is judged
-    against ``node_ram_bytes``, else a system-RAM target's size when one is given.
+    Advice and what-if answers are for the first device, on the same figures. The node's
+    host RAM is judged against ``node_ram_bytes``, else a system-RAM target's size when one is
+    given beside GPUs.
     """
     plan = plan.validated()
     spec = spec or resolve_model(plan.model)
     if targets is None:
         targets = parse_device_spec(plan.device)
-    kind = targets[0].kind if targets else "gpu"
-    est = estimate(plan, spec, runtime=kind)
-    fits = tuple(judge_fit(est.judged_bytes_on(t.kind), t.name, t.usable_bytes) for t in targets)
+    budgets = tuple(
+        Budget(t.usable_bytes, t.kind, figures_for(t, calibrations or {})) for t in targets
+    )
+    first = budgets[0] if budgets else Budget(0)
+    est = estimate(plan, spec, runtime=first.kind, figures=first.figures)
+    fits = tuple(
+        judge_fit(est.judged_bytes_on(b.kind, b.figures), t.name, b.usable_bytes)
+        for t, b in zip(targets, budgets, strict=True)
+    )
+    peaks = (
+        tuple(
+            judge_fit(est.device_bytes_on(b.kind, b.figures), t.name, b.usable_bytes)
+            for t, b in zip(targets, budgets, strict=True)
+        )
+        if plan.rule_of_thumb
+        else fits
+    )
     ram = node_ram_bytes
     if ram is None and any(t.kind == "gpu" for t in targets):  # RAM beside GPUs, not as one
         ram = next((t.usable_bytes for t in targets if t.kind == "system"), None)
     host = None if ram is None else judge_fit(est.host_bytes_per_node, "node RAM", ram)
     if not solve or not targets:
-        return Report(est, tuple(targets), fits, host_fit=host)
+        return Report(est, tuple(targets), fits, host_fit=host, peak_fit=peaks, budgets=budgets)
     from trainmem.core import whatif  # the searches: only when solving, not per keystroke
 
-    first = targets[0]
-    usable, models = first.usable_bytes, catalog.specs()
+    models = catalog.specs()
     answers = WhatIf(
-        device=first.name,
-        max_seq_len=whatif.max_seq_len(plan, spec, usable, kind),
-        max_batch=whatif.max_batch(plan, spec, usable, kind),
-        largest_model=whatif.largest_model(plan, usable, models, kind),
+        device=targets[0].name,
+        max_seq_len=whatif.max_seq_len(plan, spec, first),
+        max_batch=whatif.max_batch(plan, spec, first),
+        largest_model=whatif.largest_model(plan, first, models),
         fewest_gpus=(
-            whatif.fewest_gpus(plan, spec, usable, kind)
-            if plan.world > 1 or not fits[0].fits
+            whatif.fewest_gpus(plan, spec, first)
+            if plan.world > 1 or not (fits[0].fits and peaks[0].fits)
             else {}
         ),
+        seq_len_limit=whatif.seq_len_limit(spec),
+        batch_limit=whatif.BATCH_LIMIT,
     )
-    advice = whatif.advice(plan, spec, usable, models, kind)
-    return Report(est, tuple(targets), fits, tuple(advice), answers, host)
+    advice = tuple(whatif.advice(plan, spec, first, models))
+    return Report(est, tuple(targets), fits, advice, answers, host, peaks, budgets)

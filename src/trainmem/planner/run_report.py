@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainmem.core.calibration import Calibration, recalibrated
+from trainmem.core.calibration import Calibration
 from trainmem.core.estimator import Estimate, estimate
-from trainmem.core.runtime import built_in_figures, runtime_note
+from trainmem.core.runtime import TYPICAL, built_in_figures, runtime_note
 from trainmem.core.target import DeviceTarget, TargetKind
 from trainmem.core.units import fmt_bytes
 from trainmem.planner.calibration import calibration_for
@@ -173,17 +173,18 @@ def rank_report(log: RunLog, calibrations: dict[str, Calibration] | None = None)
     family and CUDA version."""
     rebuilt = rebuild_plan(log)
     kind = KINDS[log.device_type]
-    est = estimate(
-        rebuilt.plan, rebuilt.spec, kernels="cpu" if kind == "system" else "cuda", runtime=kind
-    )
-    notes = list(rebuilt.notes)
+    figures = TYPICAL
     if kind == "gpu":
         cal = calibration_for(log.gpu_name or "", calibrations or {})
         figures = cal.figures if cal else built_in_figures(log.gpu_name, log.cuda)
-        est = recalibrated(est, figures)
-        notes.append(runtime_note(kind, figures))
-    else:
-        notes.append(runtime_note(kind))
+    est = estimate(
+        rebuilt.plan,
+        rebuilt.spec,
+        kernels="cpu" if kind == "system" else "cuda",
+        runtime=kind,
+        figures=figures,
+    )
+    notes = [*rebuilt.notes, runtime_note(kind, figures)]
     steps = tuple(observe(s, log.device_type) for s in log.steps)
     warnings: list[str] = []
     low = [

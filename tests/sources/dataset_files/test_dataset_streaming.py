@@ -12,6 +12,7 @@ from dataset_helpers import words
 
 from trainmem.core.plan import Plan
 from trainmem.planner.lengths import length_report, scan
+from trainmem.planner.report import build_report
 from trainmem.sources.datasets import open_dataset, records
 from trainmem.sources.tokens import load_tokens
 
@@ -51,5 +52,5 @@ def test_a_large_file_is_scanned_in_bounded_memory(tmp_path: Path, monkeypatch, 
     assert result.lengths.examples == RECORDS
     assert result.malformed == 0
     assert peak < BOUND, f"peak {peak:,} bytes for a {path.stat().st_size:,}-byte file"
-    report = length_report(Plan(model="7B", seq_len=512, device="24GB"), result)
+    report = length_report(build_report(Plan(model="7B", seq_len=512, device="24GB")), result)
     assert report.percentiles["max"] == max(report.percentiles.values())

@@ -93,7 +93,9 @@ class CompareScreen(Screen[None]):
                 rows.append(Row(named.name, None, "reading model config…"))
                 continue
             try:
-                report = planning.evaluate(named.plan, spec, self.app.state.snapshot)
+                report = planning.evaluate(
+                    named.plan, spec, self.app.state.snapshot, self.app.state.calibrations
+                )
             except ValueError as exc:  # PlanError is one too
                 rows.append(Row(named.name, None, str(exc)))
                 continue
@@ -298,7 +300,10 @@ class CompareScreen(Screen[None]):
                 Row(
                     r.name,
                     planning.solve(
-                        r.report.estimate.plan, r.report.estimate.model, self.app.state.snapshot
+                        r.report.estimate.plan,
+                        r.report.estimate.model,
+                        self.app.state.snapshot,
+                        self.app.state.calibrations,
                     ),
                 )
                 if r.report

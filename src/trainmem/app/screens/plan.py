@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, ClassVar
 
 from textual import events, on, work
@@ -28,6 +28,7 @@ from trainmem.planner.report import Report
 
 if TYPE_CHECKING:
     from trainmem.app.app import TrainmemApp
+    from trainmem.core.calibration import Calibration
     from trainmem.devices.snapshot import Snapshot
 
 
@@ -201,7 +202,8 @@ class PlanScreen(Screen[None]):
     def _estimate(self, plan: Plan, spec: ModelSpec) -> None:
         form = self.query_one(PlanForm)
         try:
-            report = planning.evaluate(plan, spec, self.app.state.snapshot)
+            state = self.app.state
+            report = planning.evaluate(plan, spec, state.snapshot, state.calibrations)
         except PlanError as exc:
             self._invalid({exc.field: exc.message})
             return
@@ -220,7 +222,8 @@ class PlanScreen(Screen[None]):
         self.query_one("#headline", Static).update(headline_text(report))
         self._refresh_devices()
         if report.fit:  # after the repaint, so the worker never delays the figures
-            self.call_after_refresh(self._solve, plan, spec, self.app.state.snapshot)
+            state = self.app.state
+            self.call_after_refresh(self._solve, plan, spec, state.snapshot, state.calibrations)
 
     def _invalid(self, errors: dict[str, str]) -> None:
         self.query_one(PlanForm).show_errors(errors)
@@ -242,8 +245,14 @@ class PlanScreen(Screen[None]):
             self.recalculate()
 
     @work(thread=True, exclusive=True, group="solve", exit_on_error=False)
-    def _solve(self, plan: Plan, spec: ModelSpec, snapshot: Snapshot | None) -> None:
-        self.post_message(Solved(plan, planning.solve(plan, spec, snapshot)))
+    def _solve(
+        self,
+        plan: Plan,
+        spec: ModelSpec,
+        snapshot: Snapshot | None,
+        calibrations: Mapping[str, Calibration],
+    ) -> None:
+        self.post_message(Solved(plan, planning.solve(plan, spec, snapshot, calibrations)))
 
     def on_solved(self, message: Solved) -> None:
         if self._report is not None and message.plan == self._report.estimate.plan:

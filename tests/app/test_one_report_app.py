@@ -1,0 +1,42 @@
+"""The dashboard builds its reports with the same inputs as `plan` (tests/planner/
+test_one_report.py has the other front ends): the same figures on screen as in --json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainmem.cli.main import main
+from trainmem.core.calibration import Calibration
+from trainmem.sources.calibration import save_calibration
+
+GiB = 2**30
+FLAGS = ["--model", "Qwen/Qwen2.5-7B", "--method", "lora", "--device", "h100-80gb"]
+
+
+@pytest.fixture
+def calibrated(isolated_state: Path) -> Calibration:
+    cal = Calibration("NVIDIA H100 80GB HBM3", 3 * GiB, 0.30, "run.rank0.jsonl", steps=20)
+    save_calibration(cal)
+    return cal
+
+
+async def test_the_dashboard_shows_what_plan_json_prints(capsys, calibrated, demo_app):
+    from trainmem.cli.dashboard_cmd import startup
+
+    assert main(["plan", *FLAGS, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ns, plan_set, messages, _broken = startup(FLAGS)
+    app = demo_app(plan_set=plan_set, calibrations=ns.calibrations, startup_messages=messages)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        report = app.state.report
+        assert report is not None
+        assert report.estimate.device_bytes == out["peak"]["device_bytes"]
+        assert report.fit[0].required_bytes == out["fit"][0]["required_bytes"]
+        await pilot.press("f3")  # the compare view builds its own reports
+        await pilot.pause()
+        rows = app.screen.rows  # type: ignore[attr-defined]
+        assert rows[0].report.estimate.device_bytes == out["peak"]["device_bytes"]
