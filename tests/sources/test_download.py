@@ -269,3 +269,58 @@ def test_plan_json_path_imports_no_huggingface_hub():
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert "trainmem.planner.report" in loaded  # the plan really ran
     assert not [m for m in loaded if m.split(".")[0] == "huggingface_hub"]
+
+
+@pytest.fixture(params=["refused", "silent"])
+def dead_endpoint(hub, monkeypatch, request):
+    """HF_ENDPOINT where nothing answers: a port just freed (connection refused, what
+    huggingface_hub 2.4.0 retries five times with 1+2+4+8+8 s of backoff) or a listener that
+    closes each connection unanswered (a dead proxy), counting them. huggingface_hub's sleeps
+    are recorded instead of slept, so a regression fails fast instead of waiting 23 s."""
+    import socket
+
+    from huggingface_hub.utils import _http
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(_http.time, "sleep", sleeps.append)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    attempts: list[int] = []
+    if request.param == "refused":
+        listener.close()
+    else:
+        listener.listen()
+
+        def accept() -> None:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                attempts.append(1)
+                conn.close()
+
+        threading.Thread(target=accept, daemon=True).start()
+    yield request.param, attempts, sleeps
+    listener.close()
+
+
+def test_download_without_an_answer_fails_at_once_in_one_line(dead_endpoint, capsys, caplog):
+    kind, attempts, sleeps = dead_endpoint
+    code = main(["plan", "--model", "acme/tiny", "--device", "1GB", "--download"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "cannot reach the Hub" in err and "acme/tiny" in err
+    assert sleeps == []  # one try: no backoff between retries
+    assert not [r for r in caplog.records if r.name.startswith("huggingface_hub")]
+    if kind == "silent":
+        assert len(attempts) == 1
+
+
+def test_offline_mode_on_the_command_line_sends_nothing(hub, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code = main(["plan", "--model", "acme/tiny", "--device", "1GB", "--download"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "HF_HUB_OFFLINE" in err, err
+    assert hub.served == [] and hub.tokens == []  # not even a HEAD reached the stand-in

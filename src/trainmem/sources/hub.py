@@ -3,8 +3,14 @@ Hub, only when the user asks, through huggingface_hub (2.4.0). Weights are never
 get_safetensors_metadata reads each shard's header with range requests, and the headers are
 stored as header-only stubs that the offline resolver reads like a real checkpoint.
 
-huggingface_hub supplies the token (HF_TOKEN or `hf auth login`), HF_ENDPOINT and retries;
-every failure it raises becomes one ``DownloadError`` line saying what to do.
+huggingface_hub supplies the token (HF_TOKEN or `hf auth login`) and HF_ENDPOINT; every
+failure it raises becomes one ``DownloadError`` line saying what to do.
+
+Without a network, hf_hub_download would retry its HEAD five times with backoff (1+2+4+8+8 s,
+file_download.py and utils/_http.py::_http_backoff_base in 2.4.0), logging two lines a try. So
+one HEAD of config.json goes first, without retries (get_hf_file_metadata's default): no
+answer there fails at once, in one line; an answer means the Hub is reachable, and the real
+fetch keeps huggingface_hub's retries for a connection that drops later.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ def download(hf_id: str, revision: str | None = None) -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".download-", dir=folder.parent))
     try:
+        _reachable(name, revision)
         config, headers = _fetch(name, revision, staging)
     except DownloadError:
         raise
@@ -54,6 +61,22 @@ def download(hf_id: str, revision: str | None = None) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
     _store(folder, config, headers)
     return folder
+
+
+PROBE_TIMEOUT = 5.0  # seconds for the first HEAD; a reachable Hub answers in well under one
+
+
+def _reachable(hf_id: str, revision: str | None) -> None:
+    """One HEAD of config.json, no retries: raises what huggingface_hub raises (an httpx2
+    transport error when nothing answers, an HfHubHTTPError for 401/403/404...)."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+
+    # HF_HUB_ETAG_TIMEOUT, when the user sets it, wins (as in file_download.py, 2.4.0).
+    timeout: float = constants.HF_HUB_ETAG_TIMEOUT
+    if timeout == constants.DEFAULT_ETAG_TIMEOUT:
+        timeout = PROBE_TIMEOUT
+    url = hf_hub_url(hf_id, "config.json", revision=revision, endpoint=hf.endpoint())
+    get_hf_file_metadata(url, timeout=timeout, endpoint=hf.endpoint())
 
 
 def _fetch(hf_id: str, revision: str | None, staging: Path) -> tuple[bytes, dict[str, bytes]]:
@@ -120,9 +143,12 @@ def _at(hf_id: str, revision: str | None) -> str:
 
 def _reason(exc: BaseException, hf_id: str, revision: str | None) -> str:
     """One line for a huggingface_hub failure (classes from huggingface_hub/errors.py, 2.4.0)."""
+    import httpx2
     from huggingface_hub import errors
 
     at = _at(hf_id, revision)
+    if isinstance(exc, httpx2.TransportError):  # the probe, unretried: no DNS, refused, timeout
+        return _unreachable(at, exc)
     if isinstance(exc, errors.OfflineModeIsEnabled):
         return _offline(hf_id, revision)
     if isinstance(exc, errors.LocalEntryNotFoundError) and isinstance(
@@ -132,11 +158,18 @@ def _reason(exc: BaseException, hf_id: str, revision: str | None) -> str:
     if isinstance(exc, errors.HfHubHTTPError):
         return _http_reason(exc, hf_id, revision)
     if isinstance(exc, errors.LocalEntryNotFoundError):  # connection refused, timeout, proxy...
-        where = hf.endpoint() or "https://huggingface.co"
-        return f"cannot reach the Hub at {where} for {at}: {_line(exc.__cause__ or exc)}"
+        return _unreachable(at, exc.__cause__ or exc)
     if isinstance(exc, errors.SafetensorsParsingError):
         return f"{at}: unreadable safetensors header: {_line(exc)}"
     return f"{at}: {type(exc).__name__}: {_line(exc)}"
+
+
+def _unreachable(at: str, exc: BaseException) -> str:
+    where = hf.endpoint() or "https://huggingface.co"
+    return (
+        f"cannot reach the Hub at {where} for {at}: {_line(exc)} "
+        "(no network? drop --download, or set HF_ENDPOINT to a mirror)"
+    )
 
 
 def _http_reason(exc: HfHubHTTPError, hf_id: str, revision: str | None) -> str:
