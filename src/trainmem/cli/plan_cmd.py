@@ -96,12 +96,12 @@ def _config_notes(planned: Planned) -> list[str]:
 
 def _render_origins(planned: Planned) -> None:
     """The "from" section: each field's value and origin, then what is not modelled."""
-    from rich.console import Console
     from rich.table import Table
 
+    from trainmem.cli.output import console, safe
     from trainmem.core.plan import FIELDS_BY_NAME
 
-    console = Console()
+    out = console()
     table = Table(title="plan fields from", title_justify="left", show_edge=False)
     table.add_column("field")
     table.add_column("value")
@@ -109,7 +109,9 @@ def _render_origins(planned: Planned) -> None:
     for name, origin in planned.origins.items():
         spec = FIELDS_BY_NAME[name]
         value = spec.format(getattr(planned.plan, name))
-        table.add_row(name, value, origin, style="dim" if origin == "trainmem default" else "")
-    console.print(table)
+        table.add_row(
+            name, safe(value), safe(origin), style="dim" if origin == "trainmem default" else ""
+        )
+    out.print(table)
     for note in _config_notes(planned):
-        console.print(f"[dim]note: {note}[/dim]", highlight=False)
+        out.print(safe(f"note: {note}", style="dim"))

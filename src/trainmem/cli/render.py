@@ -6,8 +6,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from trainmem.cli.output import console, safe
+from trainmem.core.fit import FitResult
 from trainmem.core.units import fmt_bytes, fmt_count
-from trainmem.planner.report import Report
+from trainmem.planner.report import Report, WhatIf
 
 BAR_WIDTH = 30
 VERDICT_STYLE = {"fits": "bold green", "tight": "bold yellow", "too big": "bold red"}
@@ -18,8 +20,8 @@ def _bar(part: int, whole: int) -> str:
     return "█" * filled + "·" * (BAR_WIDTH - filled)
 
 
-def render_report(report: Report, console: Console | None = None) -> None:
-    console = console or Console()
+def render_report(report: Report, out: Console | None = None) -> None:
+    out = out or console()
     est, spec = report.estimate, report.estimate.model
     plan = est.plan
     title = (
@@ -28,7 +30,7 @@ def render_report(report: Report, console: Console | None = None) -> None:
         f"checkpointing {'on' if plan.grad_ckpt else 'off'}, {plan.optimizer}, "
         f"{plan.stack} stack, {plan.loss_kind} loss"
     )
-    table = Table(title=title, title_justify="left", show_edge=False)
+    table = Table(title=safe(title), title_justify="left", show_edge=False)
     table.add_column("component")
     table.add_column("size", justify="right")
     table.add_column(f"share of the device peak ({fmt_bytes(est.device_bytes)})")
@@ -36,67 +38,78 @@ def render_report(report: Report, console: Console | None = None) -> None:
         if c.bytes:
             label = c.name + (" (runtime)" if c.kind == "runtime" else "")
             table.add_row(label, fmt_bytes(c.bytes, digits=2), _bar(c.bytes, est.device_bytes))
-    console.print(table)
-    console.print(
+    out.print(table)
+    out.print(
         f"peak allocated {fmt_bytes(est.allocated_bytes)} ({est.peak_phase}), "
         f"device {fmt_bytes(est.device_bytes)}, "
         f"rule of thumb {fmt_bytes(est.rule_of_thumb_bytes)}, "
         f"trainable {fmt_count(est.trainable_params)}"
     )
     download = report.download
-    console.print(
-        f"download {fmt_bytes(download.bytes)} ({download.how}); "
-        f"training needs {download.ratio:.1f}x that"
-    )
-    judged = "the rule of thumb" if plan.rule_of_thumb else "the device peak"
-    if report.cpu_only:
-        console.print(
-            "[bold]no GPU found:[/bold] the verdict below is for training on this CPU; "
-            "give --device for the machine that will train (rtx-4090, h100-80gb, mac-36gb, 24GiB)"
+    out.print(
+        safe(
+            f"download {fmt_bytes(download.bytes)} ({download.how}); "
+            f"training needs {download.ratio:.1f}x that"
         )
-    for fit, target in zip(report.fit, report.targets, strict=True):
-        verdict = Text(fit.verdict.upper(), style=VERDICT_STYLE[fit.verdict])
-        room = "headroom" if fit.headroom_bytes >= 0 else "over by"
-        prefix = "if trained on this CPU: " if report.cpu_only else ""
-        console.print(
+    )
+    if report.cpu_only:
+        out.print(
             Text.assemble(
-                f"{prefix}{target.name} ({target.kind}, usable {fmt_bytes(fit.usable_bytes)}): ",
-                verdict,
-                f", {room} {fmt_bytes(abs(fit.headroom_bytes))} (judged on {judged})",
+                ("no GPU found:", "bold"),
+                " the verdict below is for training on this CPU; give --device for the "
+                "machine that will train (rtx-4090, h100-80gb, mac-36gb, 24GiB)",
             )
         )
+    for fit, peak, target in zip(report.fit, report.peak_fit, report.targets, strict=True):
+        prefix = "if trained on this CPU: " if report.cpu_only else ""
+        line = Text.assemble(
+            safe(f"{prefix}{target.name}"),
+            f" ({target.kind}, usable {fmt_bytes(fit.usable_bytes)}): ",
+            *_verdict(fit, "the rule of thumb" if plan.rule_of_thumb else "the device peak"),
+        )
+        if plan.rule_of_thumb:  # the rule alone could pass a peak that does not fit
+            line.append("; ")
+            line.append_text(Text.assemble(*_verdict(peak, "the device peak")))
+        out.print(line)
     host = report.host_fit
     if host is not None and (plan.world > 1 or est.host_offloaded_bytes):
-        verdict = Text(host.verdict.upper(), style=VERDICT_STYLE[host.verdict])
-        console.print(
+        out.print(
             Text.assemble(
                 f"node RAM (usable {fmt_bytes(host.usable_bytes)}) for "
                 f"{fmt_bytes(est.host_bytes_per_node)} (offloaded "
                 f"{fmt_bytes(est.host_offloaded_bytes)}, loading "
                 f"{fmt_bytes(est.host_loading_bytes)}): ",
-                verdict,
+                (host.verdict.upper(), VERDICT_STYLE[host.verdict]),
             )
         )
     w = report.what_if
     if w is not None:
-        seq, batch = w.max_seq_len, w.max_batch
-        console.print(
-            f"on {w.device}: longest sequence that fits "
-            f"{f'{seq:,}' if seq else 'none'}, largest batch {batch or 'none'}"
-        )
+        out.print(safe(f"on {w.device}: {what_if_line(w)}"))
         largest = w.largest_model
         if largest:
             best = ", ".join(f"{m} {largest[m] or 'none'}" for m in largest)
-            console.print(f"largest catalogue model that fits there: {best}")
+            out.print(safe(f"largest catalogue model that fits there: {best}"))
         if w.fewest_gpus:
             fewest = ", ".join(f"{name} {n or 'none'}" for name, n in w.fewest_gpus.items())
-            console.print(f"fewest GPUs per node that fit there: {fewest}")
+            out.print(f"fewest GPUs per node that fit there: {fewest}")
     if report.advice:
-        console.print("[bold]To make it fit, in the guide's order:[/bold]")
+        out.print(Text("To make it fit, in the guide's order:", style="bold"))
         for i, a in enumerate(report.advice, 1):
             after = "fits" if a.fits_after else "still too big"
-            console.print(f"  {i}. {a.action}: saves {fmt_bytes(a.saves_bytes)}, {after}")
+            out.print(safe(f"  {i}. {a.action}: saves {fmt_bytes(a.saves_bytes)}, {after}"))
             if a.warning:
-                console.print(f"     [dim]{a.warning}[/dim]")
+                out.print(safe(f"     {a.warning}", style="dim"))
     for note in est.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        out.print(safe(f"note: {note}", style="dim"))
+
+
+def _verdict(fit: FitResult, judged: str) -> tuple[tuple[str, str], str]:
+    room = "headroom" if fit.headroom_bytes >= 0 else "over by"
+    return (
+        (fit.verdict.upper(), VERDICT_STYLE[fit.verdict]),
+        f", {room} {fmt_bytes(abs(fit.headroom_bytes))} (judged on {judged})",
+    )
+
+
+def what_if_line(w: WhatIf) -> str:
+    return f"longest sequence that fits {w.seq_len_text()}, largest batch {w.batch_text()}"

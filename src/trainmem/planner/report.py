@@ -46,6 +46,21 @@ class WhatIf:
     seq_len_limit: int = 0
     batch_limit: int = 0
 
+    def seq_len_text(self) -> str:
+        """The longest sequence for people: "none", or saying when it is the model's context
+        (the search's bound) rather than a limit the memory sets."""
+        seq = self.max_seq_len
+        if not seq:
+            return "none"
+        return f"{seq:,} (the model's context)" if seq == self.seq_len_limit else f"{seq:,}"
+
+    def batch_text(self) -> str:
+        """The largest micro-batch for people: "none", or "N or more" at the search's bound."""
+        batch = self.max_batch
+        if not batch:
+            return "none"
+        return f"{batch:,} or more" if batch == self.batch_limit else f"{batch:,}"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "device": self.device,

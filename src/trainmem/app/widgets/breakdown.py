@@ -188,11 +188,10 @@ def fit_text(report: Report) -> Text:
 def whatif_text(answers: WhatIf) -> Text:
     out = Text()
     out.append(f"On {short_device_name(answers.device)}: ", style="dim")
-    seq, batch = answers.max_seq_len, answers.max_batch
     out.append("longest sequence ")
-    out.append(f"{seq:,} tokens" if seq else "none fits", style="bold")
+    out.append(answers.seq_len_text(), style="bold")
     out.append(" · largest batch ")
-    out.append(f"{batch}" if batch else "none fits", style="bold")
+    out.append(answers.batch_text(), style="bold")
     if answers.fewest_gpus:
         out.append("\nfewest GPUs per node that fit: ", style="dim")
         out.append(
