@@ -99,6 +99,7 @@ class Behaviour:
     nodes: set[str] | None = None  # None: every node
     gpu: list[dict[str, Any]] | None = None  # replaces the dcgm answer when set
     ram: list[dict[str, Any]] | None = None
+    own: list[dict[str, Any]] = field(default_factory=list)  # `devices --serve` series
     age: float = 5.0  # how old the samples are
     status: int = 200
     body: bytes | None = None  # replaces the answer when set
@@ -118,6 +119,10 @@ class Behaviour:
             return vector(gpu)
         if "node_memory_MemTotal_bytes|" in promql:
             return vector(ram)
+        if promql.startswith("timestamp(trainmem_device_up"):
+            return vector(times(self.own, "trainmem_device_up", self.age))
+        if "trainmem_device_total_bytes|" in promql:
+            return vector(self.own)
         return {"status": "error", "errorType": "bad_data", "error": f"unknown query {promql}"}
 
 

@@ -23,15 +23,21 @@ from trainmem.devices.snapshot import Snapshot
 
 MiB = 2**20
 
-# `devices --serve` with the NVML and psutil test doubles injected, as a real process.
+# `devices --serve` with the NVML and psutil test doubles injected, as a real process. NVML's
+# first call takes half a second, as on a large node without persistence mode: long enough
+# for a scrape to come first if the exporter listened before its first sample.
 SERVE_SCRIPT = """
-import functools, sys
+import functools, sys, time
 from trainmem.cli import devices_cmd
 from trainmem.cli.main import main
 from trainmem.devices import NvmlReader, Sampler, SystemReader
 from trainmem.devices.fakes import FakeGpu, FakeNvml, FakePsutil
 MiB = 2**20
-nvml = FakeNvml([FakeGpu(name="NVIDIA H100 80GB HBM3", used=30_000 * MiB),
+class SlowNvml(FakeNvml):
+    def nvmlInit(self):
+        time.sleep(0.5)
+        super().nvmlInit()
+nvml = SlowNvml([FakeGpu(name="NVIDIA H100 80GB HBM3", used=30_000 * MiB),
                  FakeGpu(name="NVIDIA H100 80GB HBM3", uuid="GPU-1", used=1_000 * MiB)])
 devices_cmd.Sampler = functools.partial(
     Sampler, nvml=NvmlReader(module=nvml, register_atexit=False),
@@ -113,12 +119,21 @@ def test_serve_addresses(text: str, address: tuple[str, int]) -> None:
     assert serve_address(text) == address
 
 
-@pytest.mark.parametrize("bad", ["", "x", ":9400", "1:2:x", "70000"])
+@pytest.mark.parametrize("bad", ["", "x", ":9400", "1:2:x", "70000", "-1", "٣", "9" * 400])
 def test_bad_serve_addresses(bad: str) -> None:
     import argparse
 
     with pytest.raises(argparse.ArgumentTypeError, match=r"\[HOST:\]PORT"):
         serve_address(bad)
+
+
+@pytest.mark.parametrize("host", ["a..b", "-x", "a b", "x" * 64, "\x1b]0;t\x07"])
+def test_bind_hosts_that_are_no_host_names(host: str) -> None:
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a valid host name") as err:
+        serve_address(f"{host}:9400")
+    assert "\x1b" not in str(err.value) and "\n" not in str(err.value)
 
 
 def start_serving(*argv: str) -> tuple[subprocess.Popen[str], str]:
@@ -167,11 +182,9 @@ def test_serve_in_a_process_until_sigterm_with_a_plan() -> None:
     proc, url = start_serving("--model", "1.5B", "--method", "qlora", "--device", "80GB")
     try:
         assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
-        deadline = time.monotonic() + 10
+        # The very first scrape has the figures: the first sample came before listening.
         m = metrics(url)
-        while "trainmem_sample_timestamp_seconds" not in m and time.monotonic() < deadline:
-            time.sleep(0.1)
-            m = metrics(url)
+        assert "trainmem_sample_timestamp_seconds" in m
         used = m["trainmem_device_used_bytes"]
         assert used[(("device", "gpu0"), ("kind", "gpu"), ("name", "NVIDIA H100 80GB HBM3"))] == (
             30_000 * MiB
@@ -191,6 +204,8 @@ def test_serve_in_a_process_until_sigterm_with_a_plan() -> None:
         (["devices", "--serve", "9400", "--json"], "it takes no --json"),
         (["devices", "--serve", "9400", "--watch"], "it takes no --watch"),
         (["devices", "--serve", "x"], "is not [HOST:]PORT"),
+        (["devices", "--serve", "a..b:9400"], "'a..b' is not a valid host name"),
+        (["devices", "--serve", "99999"], "is not [HOST:]PORT"),
     ],
 )
 def test_serve_refuses(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -201,4 +216,5 @@ def test_serve_refuses(argv: list[str], needle: str, capsys: pytest.CaptureFixtu
     except SystemExit as exit:  # refused while parsing
         status = int(exit.code or 0)
     assert status == 2
-    assert needle in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err

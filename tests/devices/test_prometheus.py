@@ -90,6 +90,10 @@ def test_the_queries_sent_and_the_label_filter_in_each(prom: FakePrometheus) -> 
         "timestamp(DCGM_FI_DEV_FB_USED{" + select + "})",
         '{__name__=~"node_memory_MemTotal_bytes|node_memory_MemAvailable_bytes",' + select + "}",
         "timestamp(node_memory_MemAvailable_bytes{" + select + "})",
+        '{__name__=~"trainmem_device_total_bytes|trainmem_device_used_bytes|'
+        "trainmem_device_free_bytes|trainmem_device_usable_bytes|trainmem_device_up|"
+        'trainmem_device_stale_seconds",' + select + "}",
+        "timestamp(trainmem_device_up{" + select + "})",
     ]
     assert queries("")["gpu_time"] == "timestamp(DCGM_FI_DEV_FB_USED)"
 
@@ -174,7 +178,10 @@ def test_server_errors_are_one_line(prom: FakePrometheus) -> None:
     prom.behaviour.status, prom.behaviour.body = 200, b"<html>login</html>"
     with pytest.raises(PrometheusError, match="not JSON"):
         source.read()
-    with pytest.raises(PrometheusError, match=r"cannot reach .*: Connection refused"):
+    with pytest.raises(
+        PrometheusError,
+        match=r"^cannot read Prometheus at http://127.0.0.1:\d+: Connection refused$",
+    ):
         PrometheusSource(refused_url(), env={}).read()
 
 
@@ -225,10 +232,10 @@ def test_partial_answers() -> None:
         "node-2/GPU-node-1-0-0000-0000-000000000000",
         "10.0.0.7/system",
     }
-    assert d["node-1/gpu3"].unavailable == "no DCGM_FI_DEV_FB_USED value"
+    assert d["node-1/gpu3"].unavailable == "DCGM_FI_DEV_FB_USED: 'NaN' is not a finite number"
     assert d["node-1/gpu0"].total_bytes == 30 * MiB and d["node-1/gpu0"].reserved_bytes is None
     assert d["node-2/GPU-node-1-0-0000-0000-000000000000"].unavailable == (
-        "no DCGM_FI_DEV_FB_FREE value"
+        "DCGM_FI_DEV_FB_FREE: '+Inf' is not a finite number"
     )
     # node_exporter's FQDN instance joins dcgm's short Hostname; an IP stays its own node.
     assert d["node-1/system"].used_bytes == 3_000_000_000
@@ -352,7 +359,9 @@ def test_devices_prometheus_unreachable_exits_1_in_one_line() -> None:
     out = run_cli("--prometheus", refused_url(), "--json")
     assert out.returncode == 1
     assert out.stderr.count("\n") == 1 and "Connection refused" in out.stderr
-    assert json.loads(out.stdout)["devices"][0]["unavailable"].startswith("cannot reach")
+    assert json.loads(out.stdout)["devices"][0]["unavailable"].startswith(
+        "cannot read Prometheus at"
+    )
 
 
 @pytest.mark.parametrize(

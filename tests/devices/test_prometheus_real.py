@@ -3,7 +3,8 @@
 The server scrapes (a) `trainmem-tui devices --serve` in a subprocess with the NVML test double
 injected, and (b) a loopback server with recorded-style dcgm-exporter and node_exporter text
 exposition for three nodes (``honor_labels`` keeps their Hostname / instance labels). Then
-PrometheusSource and `devices --prometheus URL --json` read it back.
+PrometheusSource and `devices --prometheus URL --json` read it back: the three nodes, and the
+exporter's own devices as node ``127.0.0.1`` (its scrape target's host).
 """
 
 from __future__ import annotations
@@ -185,11 +186,19 @@ def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+# What the `devices --serve` fakes (test_exporter.SERVE_SCRIPT) hold, as read back.
+OWN = {
+    "127.0.0.1/gpu0": ("gpu", 81_559 * MiB, 30_000 * MiB),
+    "127.0.0.1/gpu1": ("gpu", 81_559 * MiB, 1_000 * MiB),
+    "127.0.0.1/system": ("system", 64 * 2**30, 16 * 2**30),
+}
+
+
 def test_source_reads_every_node_from_a_real_prometheus(prometheus: str) -> None:
     readings = {d.id: d for d in PrometheusSource(prometheus, env={}).read()}
     nodes = {"node-1", "node-2", "node-10"}
     expected = {f"{n}/gpu{g}" for n, g, *_ in GPUS} | {f"{n}/system" for n in nodes}
-    assert set(readings) == expected
+    assert set(readings) == expected | set(OWN)
     for node, gpu, used, free, reserved, pod in GPUS:
         d = readings[f"{node}/gpu{gpu}"]
         assert d.used_bytes == (used + reserved) * MiB and d.free_bytes == free * MiB
@@ -221,6 +230,37 @@ def test_devices_prometheus_json_against_a_real_prometheus(prometheus: str) -> N
     devices = {d["id"]: d for d in json.loads(out.stdout)["devices"]}
     assert devices["node-10/gpu0"]["used_bytes"] == (80_900 + 527) * MiB
     assert devices["node-2/system"]["free_bytes"] == 100 * 2**30
+    assert devices["127.0.0.1/gpu1"]["used_bytes"] == 1_000 * MiB
+
+
+def test_our_exporter_read_back_through_prometheus(prometheus: str) -> None:
+    """`devices --serve` -> a real Prometheus -> PrometheusSource: the same figures."""
+    source = PrometheusSource(prometheus, select='job="trainmem"', env={})
+    readings = {d.id: d for d in source.read()}
+    assert set(readings) == set(OWN)
+    for device_id, (kind, total, used) in OWN.items():
+        d = readings[device_id]
+        assert (d.kind, d.total_bytes, d.used_bytes) == (kind, total, used), device_id
+        assert d.free_bytes == total - used and d.usable_bytes == total
+        assert d.unavailable is None and d.stale_s is None
+    assert readings["127.0.0.1/gpu0"].name == "NVIDIA H100 80GB HBM3"
+
+
+def test_devices_prometheus_table_shows_our_exporter(prometheus: str) -> None:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "120"}
+    argv = ["devices", "--prometheus", prometheus, "--select", 'job="trainmem"']
+    out = subprocess.run(
+        [sys.executable, "-m", "trainmem", *argv],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**env, "NO_COLOR": "1"},
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line for line in out.stdout.splitlines() if "127.0.0.1/" in line}
+    assert set(rows) == set(OWN)
+    assert "31.5/85.5" in rows["127.0.0.1/gpu0"]  # 30,000 MiB used of 81,559 MiB, in GB
 
 
 def test_our_exporter_was_scraped(prometheus: str) -> None:

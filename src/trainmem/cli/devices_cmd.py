@@ -5,11 +5,13 @@
     trainmem-tui devices --watch --interval 2 --log run.jsonl   (or run.csv)
     trainmem-tui devices --prometheus URL [--select MATCHERS] [--json|--watch]   a cluster
     trainmem-tui devices --serve [HOST:]PORT [plan flags]   this machine as Prometheus metrics
+    trainmem-tui devices --presets [--json]   the --device presets and their sizes
 
 --prometheus reads every node's GPUs and RAM from the cluster's Prometheus instead of this
-machine (see trainmem.devices.prometheus); --serve exports this machine's samples, and the
-plan's predicted peak when plan flags are given (see trainmem.devices.exporter), until Ctrl+C
-or SIGTERM, bound to 127.0.0.1 unless a host is given.
+machine (see trainmem.devices.prometheus): dcgm-exporter's, node_exporter's and --serve's own
+series. --serve exports this machine's samples, and the plan's predicted peak when plan flags
+are given (see trainmem.devices.exporter), until Ctrl+C or SIGTERM, bound to 127.0.0.1 unless
+a host is given; it takes its first sample before it listens, so no scrape finds it empty.
 
 --watch stops cleanly on Ctrl+C or SIGTERM at any moment, start-up included: the sample in
 hand is written and the command exits 0 (Ctrl+C before --watch has set up its handlers, while
@@ -47,6 +49,7 @@ from typing import IO, Any
 
 from trainmem.cli.plan_args import GROUP, add_plan_arguments, plan_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
+from trainmem.core.text import visible
 from trainmem.devices import DeviceReading, DeviceSource, Sampler, Snapshot
 
 PROG = "trainmem-tui devices"
@@ -120,11 +123,22 @@ def label_select(text: str) -> str:
 
 
 def serve_address(text: str) -> tuple[str, int]:
-    """``9400``, ``0.0.0.0:9400`` or ``[::1]:9400`` -> (host, port); 127.0.0.1 by default."""
+    """``9400``, ``0.0.0.0:9400`` or ``[::1]:9400`` -> (host, port); 127.0.0.1 by default.
+    The host must be an IP address or a host name IDNA can encode (``a..b`` cannot)."""
+    from trainmem.core.units import shown
+    from trainmem.devices.promql import check_host
+
     host, sep, port = text.rpartition(":")
     host = host.removeprefix("[").removesuffix("]") if sep else "127.0.0.1"
-    if not port.isdigit() or not 0 <= int(port) <= 65535 or (sep and not host):
-        raise argparse.ArgumentTypeError(f"{text!r} is not [HOST:]PORT (e.g. 9400, 0.0.0.0:9400)")
+    digits = port.isascii() and port.isdigit() and len(port) <= 5
+    if not digits or not 0 <= int(port) <= 65535 or (sep and not host):
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} is not [HOST:]PORT (e.g. 9400, 0.0.0.0:9400)"
+        )
+    try:
+        check_host(host)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: {err}") from None
     return host, int(port)
 
 
@@ -165,6 +179,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "(127.0.0.1 unless HOST is given; 0 picks a free port) until Ctrl+C or SIGTERM; "
         "with plan flags, the plan's predicted peak too",
     )
+    p.add_argument(
+        "--presets",
+        action="store_true",
+        help="list the --device presets with their memory (with --json: as JSON)",
+    )
     add_plan_arguments(p)
     # Plan flags count only when given (with --serve): without a default they stay unset.
     group = next(g for g in p._action_groups if g.title == GROUP)
@@ -203,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
             return _serve(args)
         if _plan_given(args):
             raise UsageError("plan flags need --serve (to export the plan's predicted peak)")
+        if args.presets:
+            return _presets(args)
         if getattr(args, "select", "") and not getattr(args, "prometheus", None):
             raise UsageError("--select needs --prometheus")
         if not args.watch and (args.interval is not None or args.count is not None):
@@ -229,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
             if getattr(args, "prometheus", None) and all(d.unavailable for d in snap.devices):
                 # A script asking the cluster should not take "nothing readable" for an answer.
                 reason = snap.devices[0].unavailable if snap.devices else "no devices"
-                sys.stderr.write(f"{PROG}: error: {reason}\n")
+                sys.stderr.write(f"{PROG}: error: {visible(reason or '')}\n")
                 return 1
             return 0
     except UsageError as err:
@@ -339,21 +360,68 @@ def _serve(args: argparse.Namespace) -> int:
 
     stop = threading.Event()
     with _stop_on_signals(stop):
-        sampler = Sampler(None, interval=args.interval or 1.0)
+        first = threading.Event()
+        sampler = Sampler(lambda _snap: first.set(), interval=args.interval or 1.0)
         host, port = args.serve
-        try:
-            exporter = Exporter(lambda: sampler.latest, host=host, port=port, plan=plan)
-        except OSError as err:
-            raise UsageError(f"cannot serve on {host}:{port}: {err.strerror or err}") from None
         sampler.start()
         try:
-            sys.stderr.write(f"{PROG}: serving metrics on {exporter.url}\n")
-            sys.stderr.flush()
-            while not stop.wait(0.2):
-                pass
+            # The first sample before listening: a scrape never finds empty metric families.
+            # The sampler publishes within FIRST_WAIT_S even when NVML hangs.
+            while not first.wait(0.1):
+                if stop.is_set():
+                    return 0
+            try:
+                exporter = Exporter(lambda: sampler.latest, host=host, port=port, plan=plan)
+            except (OSError, ValueError) as err:  # in use, not this machine's, unresolvable
+                why = err.strerror if isinstance(err, OSError) and err.strerror else err
+                raise UsageError(f"cannot serve on {host}:{port}: {visible(str(why))}") from None
+            try:
+                sys.stderr.write(f"{PROG}: serving metrics on {exporter.url}\n")
+                sys.stderr.flush()
+                while not stop.wait(0.2):
+                    pass
+            finally:
+                exporter.close()
         finally:
-            exporter.close()
             sampler.stop(timeout=1.0)
+    return 0
+
+
+def _presets(args: argparse.Namespace) -> int:
+    """``--presets``: every --device preset, its memory and the other names it answers to."""
+    from trainmem.devices.presets import list_presets, preset_aliases
+
+    for flag in ("watch", "log", "count", "interval", "prometheus", "select"):
+        if getattr(args, flag):
+            raise UsageError(f"--presets lists the --device presets; it takes no --{flag}")
+    presets = list_presets()
+    if args.json:
+        rows = [
+            {
+                "name": t.name,
+                "kind": t.kind,
+                "total_bytes": t.total_bytes,
+                "usable_bytes": t.usable_bytes,
+                "aliases": list(preset_aliases(t.name)),
+            }
+            for t in presets
+        ]
+        _out(dumps({"presets": rows}, indent=2) + "\n")
+    else:
+        width = max(len(t.name) for t in presets)
+        lines = [f"{'preset':{width}}  {'kind':7}  {'total':>8}  {'GiB':>5}  {'usable':>8}  names"]
+        for t in presets:
+            row = (
+                f"{t.name:{width}}  {t.kind:7}  {_gb(t.total_bytes):>5} GB  "
+                f"{t.total_bytes / 2**30:>5.1f}  {_gb(t.usable_bytes):>5} GB  "
+            )
+            lines.append((row + ", ".join(preset_aliases(t.name))).rstrip())
+        lines += [
+            "GB = 10^9 bytes. A GPU's total is what NVML reports; usable is what a run may plan",
+            "against (3/4 of unified memory). A size works too: --device 24GiB, unified:36GB.",
+        ]
+        _out("\n".join(lines) + "\n")
+    _flush_stdout()
     return 0
 
 
@@ -591,20 +659,27 @@ def _print_compact(snap: Snapshot, *, header: bool, out: IO[str]) -> None:
         )
     clock = time.strftime("%H:%M:%S", time.localtime(snap.timestamp))
     for d in snap.devices:
+        device = visible(d.id)
         if d.unavailable is not None:
-            out.write(f"{clock:8}  {d.id:8}  unavailable: {d.unavailable}\n")
+            out.write(f"{clock:8}  {device:8}  unavailable: {visible(d.unavailable)}\n")
             continue
         out.write(
-            f"{clock:8}  {d.id:8}  {_gb(d.used_bytes):>8}  {_gb(d.total_bytes):>7}  "
+            f"{clock:8}  {device:8}  {_gb(d.used_bytes):>8}  {_gb(d.total_bytes):>7}  "
             f"{_gb(d.peak_used_bytes):>7}  {_opt(d.utilization_pct, '%'):>4}  "
             f"{_opt(d.temperature_c, 'C'):>4}  {_opt(d.power_w, 'W'):>6}  {len(d.processes)}\n"
         )
 
 
 def _print_table(snap: Snapshot, prometheus: str | None = None) -> None:
+    """The table. Every name, note and command goes in as a rich ``Text`` with its control
+    characters shown as escapes: a label such as ``[/]n1`` is never read as markup."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    def safe(text: str) -> Text:
+        return Text(visible(text))
 
     console = Console()
     table = Table(title="Devices (GB = 10^9 bytes)", title_justify="left", box=box.SIMPLE)
@@ -612,7 +687,7 @@ def _print_table(snap: Snapshot, prometheus: str | None = None) -> None:
     table.add_column("Name", no_wrap=True, overflow="ellipsis", max_width=28)
     for col in ("Used/Total", "Usable", "Util", "Temp", "Power"):
         table.add_column(col, justify="right", no_wrap=True)
-    notes_lines: list[str] = []
+    notes_lines: list[Text] = []
     for d in snap.devices:
         notes = d.unavailable or ", ".join(f"{f}: {r}" for f, r in d.field_errors)
         if d.kind == "unified" and not d.unavailable:
@@ -620,8 +695,8 @@ def _print_table(snap: Snapshot, prometheus: str | None = None) -> None:
         if d.mig:
             notes = f"MIG: {len(d.mig)} instance(s)" + (f"; {notes}" if notes else "")
         table.add_row(
-            d.id,
-            d.name,
+            safe(d.id),
+            safe(d.name),
             f"{_gb(d.used_bytes)}/{_gb(d.total_bytes)}",
             _gb(d.usable_bytes),
             _opt(d.utilization_pct, "%"),
@@ -629,10 +704,10 @@ def _print_table(snap: Snapshot, prometheus: str | None = None) -> None:
             _opt(d.power_w, "W"),
         )
         if notes:
-            notes_lines.append(f"  {d.id}: {notes}")
+            notes_lines.append(safe(f"  {d.id}: {notes}"))
     console.print(table)
     for line in notes_lines:
-        console.print(line, highlight=False)
+        console.print(line)
     procs = [(d, p) for d in snap.devices for p in d.processes]
     if procs:
         pt = Table(title="GPU processes", title_justify="left", box=box.SIMPLE)
@@ -640,14 +715,21 @@ def _print_table(snap: Snapshot, prometheus: str | None = None) -> None:
             pt.add_column(col, justify="right" if col in ("PID", "Used GB") else "left")
         for d, p in procs:
             command = p.cmdline or (f"({p.unavailable})" if p.unavailable else "")
-            pt.add_row(d.id, str(p.pid), p.user or "?", p.name or "?", _gb(p.used_bytes), command)
+            pt.add_row(
+                safe(d.id),
+                str(p.pid),
+                safe(p.user or "?"),
+                safe(p.name or "?"),
+                _gb(p.used_bytes),
+                safe(command),
+            )
         console.print(pt)
     nv = snap.nvml
     if prometheus:
-        console.print(f"Read from Prometheus at {prometheus}", highlight=False)
+        console.print(safe(f"Read from Prometheus at {prometheus}"))
     elif nv.available:
         line = f"NVML {nv.nvml_version or '?'}, driver {nv.driver_version or '?'}"
         line += f", binding {nv.binding}" if nv.binding else ""
-        console.print(line + (f" ({nv.reason})" if nv.reason else ""), highlight=False)
+        console.print(safe(line + (f" ({nv.reason})" if nv.reason else "")))
     else:
-        console.print(f"NVML not available: {nv.reason}", highlight=False)
+        console.print(safe(f"NVML not available: {nv.reason}"))

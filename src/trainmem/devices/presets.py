@@ -4,10 +4,14 @@ Pure data: no hardware access. Vendors' "80GB" is neither 80*10^9 nor 80*2^30 by
 the driver reserves some and ECC can take more. Each GPU's total is what NVML/nvidia-smi
 reports as memory.total (MiB) on a current driver with the card's default ECC setting; the
 comment after each number names the source. Apple's "36GB" is 36 GiB (sysctl hw.memsize).
+
+A GeForce card's bare model number is one of its names (``4090`` is the RTX-4090), and a name
+that is no preset gets the nearest ones as suggestions (``a100``: A100-40GB or A100-80GB).
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from trainmem.core.target import DeviceTarget
@@ -44,6 +48,8 @@ _GPUS: list[tuple[str, int, tuple[str, ...]]] = [
 _MAC_GIB = (16, 18, 24, 32, 36, 48, 64, 96, 128, 192)
 
 _VENDOR = re.compile(r"^(nvidia|geforce|tesla)+")
+# "RTX-4090" is also "4090"; "RTX-4060-Ti-16GB" is not "4060" (an 8 GB card exists).
+_MODEL_NUMBER = re.compile(r"^RTX-(\d{4})$")
 
 
 def _norm(name: str) -> str:
@@ -52,22 +58,26 @@ def _norm(name: str) -> str:
     return _VENDOR.sub("", key)
 
 
-def _build() -> tuple[list[DeviceTarget], dict[str, DeviceTarget]]:
+def _build() -> tuple[list[DeviceTarget], dict[str, DeviceTarget], dict[str, tuple[str, ...]]]:
     targets: list[DeviceTarget] = []
     index: dict[str, DeviceTarget] = {}
+    names: dict[str, tuple[str, ...]] = {}
     for name, mib, aliases in _GPUS:
         target = DeviceTarget.gpu(name, mib * MiB)
         targets.append(target)
-        for alias in (name, *aliases):
+        number = _MODEL_NUMBER.match(name)
+        names[name] = (*aliases, *(number.groups() if number else ()))
+        for alias in (name, *names[name]):
             index.setdefault(_norm(alias), target)
     for gib in _MAC_GIB:
         target = DeviceTarget.unified(f"mac-{gib}GB", gib * GiB)
         targets.append(target)
         index[_norm(target.name)] = target
-    return targets, index
+        names[target.name] = ()
+    return targets, index, names
 
 
-_TARGETS, _INDEX = _build()
+_TARGETS, _INDEX, _ALIASES = _build()
 
 
 def resolve_preset(name: str) -> DeviceTarget | None:
@@ -78,3 +88,27 @@ def resolve_preset(name: str) -> DeviceTarget | None:
 def list_presets() -> list[DeviceTarget]:
     """All presets, GPUs from small to large roughly as listed, then Apple sizes."""
     return list(_TARGETS)
+
+
+def preset_aliases(name: str) -> tuple[str, ...]:
+    """The other names a preset answers to (``RTX-4090``: ``GeForce RTX 4090``, ``4090``...)."""
+    return _ALIASES.get(name, ())
+
+
+def suggest_presets(name: str, limit: int = 4) -> list[str]:
+    """Presets ``name`` may have meant: those whose names start with it (``a100``) or contain
+    it (``4060``), else those spelt alike (``rtx4900``), nearest first."""
+    key = _norm(name)
+    if not key or len(key) > 64:  # difflib is quadratic: nothing long is a misspelt preset
+        return []
+    keys = list(_INDEX)
+    found = [k for k in keys if k.startswith(key)]
+    if len(key) >= 4:
+        found += [k for k in keys if key in k]
+    if not found:
+        found = difflib.get_close_matches(key, keys, n=limit, cutoff=0.75)
+    out: list[str] = []
+    for k in found:
+        if _INDEX[k].name not in out:
+            out.append(_INDEX[k].name)
+    return out[:limit]

@@ -5,9 +5,12 @@ their node. Light to import (the dashboard's flags use it before the UI starts).
 from __future__ import annotations
 
 import base64
+import ipaddress
 import re
 import urllib.parse
 from collections.abc import Mapping
+
+from trainmem.core.units import shown
 
 TOKEN_ENV = "TRAINMEM_PROMETHEUS_TOKEN"
 USER_ENV = "TRAINMEM_PROMETHEUS_USER"
@@ -18,24 +21,71 @@ DCGM_FREE = "DCGM_FI_DEV_FB_FREE"
 DCGM_RESERVED = "DCGM_FI_DEV_FB_RESERVED"
 MEM_TOTAL = "node_memory_MemTotal_bytes"
 MEM_AVAILABLE = "node_memory_MemAvailable_bytes"
+# What `devices --serve` exports (trainmem.devices.exporter), read back as a third source.
+OWN_PREFIX = "trainmem_device_"
+OWN_BYTES = ("total_bytes", "used_bytes", "free_bytes", "usable_bytes")
+OWN_UP = "trainmem_device_up"
+OWN_STALE = "trainmem_device_stale_seconds"
+OWN_METRICS = (*(OWN_PREFIX + f for f in OWN_BYTES), OWN_UP, OWN_STALE)
+
+MAX_URL = 2048  # characters; a base URL is far shorter
+# A DNS name (RFC 1123 labels; "_" too, as some internal names use it), checked after IDNA.
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
 
 _MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\\n]|\\.)*"\s*'
 _SELECT = re.compile(rf"(?:{_MATCHER})(?:,(?:{_MATCHER}))*,?\s*")
 
 
 def check_url(text: str) -> str:
-    """The server's base URL (``http(s)://host[:port][/prefix]``), or ValueError saying why."""
-    url = urllib.parse.urlsplit(text.strip())
+    """The server's base URL (``http(s)://host[:port][/prefix]``), or ValueError saying why:
+    the host must be a DNS name or an IP address and the port a number in 1..65535, so that
+    nothing malformed reaches http.client."""
+    if len(text) > MAX_URL:
+        raise ValueError(f"the URL is {len(text):,} characters long; give the server's base URL")
+    if not text.isprintable():
+        raise ValueError(f"{shown(text, 80)} has control characters; give the server's base URL")
+    try:
+        url = urllib.parse.urlsplit(text.strip())
+    except ValueError as err:  # "Invalid IPv6 URL"
+        raise ValueError(f"{shown(text, 80)} is not a valid URL: {err}") from None
     if url.scheme not in ("http", "https") or not url.hostname:
-        raise ValueError(f"{text!r} is not an http:// or https:// URL of a Prometheus server")
+        raise ValueError(
+            f"{shown(text, 80)} is not an http:// or https:// URL of a Prometheus server"
+        )
+    try:
+        port = url.port
+    except ValueError:  # "Port out of range 0-65535", "could not be cast to integer"
+        port = 0
+    if port == 0 or url.netloc.endswith(":"):
+        raise ValueError(f"{shown(text, 80)}: the port must be a number in 1..65535")
+    check_host(url.hostname)
     if url.username is not None or url.password is not None:
         # A password in a URL ends up in `ps` output and shell history.
         raise ValueError(
             f"put credentials in {TOKEN_ENV} or {USER_ENV}/{PASSWORD_ENV}, not the URL"
         )
     if url.query or url.fragment:
-        raise ValueError(f"{text!r}: give the server's base URL, without ?query or #fragment")
+        raise ValueError(
+            f"{shown(text, 80)}: give the server's base URL, without ?query or #fragment"
+        )
     return urllib.parse.urlunsplit((url.scheme, url.netloc, url.path.rstrip("/"), "", ""))
+
+
+def check_host(host: str) -> str:
+    """``host`` if it is an IP address or a DNS name that IDNA can encode, else ValueError."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    try:
+        ascii_name = host.encode("idna").decode("ascii")
+    except UnicodeError:  # "a..b", a label over 63 characters, ...
+        raise ValueError(f"{shown(host, 80)} is not a valid host name") from None
+    labels = ascii_name.removesuffix(".").split(".")
+    if len(ascii_name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise ValueError(f"{shown(host, 80)} is not a valid host name")
+    return host
 
 
 def check_select(text: str) -> str:
@@ -50,7 +100,8 @@ def check_select(text: str) -> str:
 
 
 def queries(select: str = "") -> dict[str, str]:
-    """The four queries one read sends, by what they are for."""
+    """The six queries one read sends, by what they are for: dcgm-exporter's GPUs,
+    node_exporter's RAM and trainmem's own devices, each with the time of its newest sample."""
     sel = f",{select}" if select else ""
     one = f"{{{select}}}" if select else ""
     return {
@@ -58,6 +109,8 @@ def queries(select: str = "") -> dict[str, str]:
         "gpu_time": f"timestamp({DCGM_USED}{one})",
         "ram": f'{{__name__=~"{MEM_TOTAL}|{MEM_AVAILABLE}"{sel}}}',
         "ram_time": f"timestamp({MEM_AVAILABLE}{one})",
+        "own": f'{{__name__=~"{"|".join(OWN_METRICS)}"{sel}}}',
+        "own_time": f"timestamp({OWN_UP}{one})",
     }
 
 
@@ -82,6 +135,10 @@ def node_of(device_id: str) -> str | None:
 
 
 def host_of(instance: str) -> str:
-    """``node-1:9100`` -> ``node-1``; ``[fe80::1]:9100`` -> ``fe80::1``."""
-    host = urllib.parse.urlsplit(f"//{instance}").hostname if instance else None
+    """``node-1:9100`` -> ``node-1``; ``[fe80::1]:9100`` -> ``fe80::1``; a label that is no
+    host:port (``[`` alone, a bad port) is returned as it is."""
+    try:
+        host = urllib.parse.urlsplit(f"//{instance}").hostname if instance else None
+    except ValueError:  # "Invalid IPv6 URL": an unclosed "["
+        return instance
     return host or instance

@@ -1,7 +1,9 @@
 """What a plan is judged against: a device name, its kind, and how many bytes a run may use.
 
-``parse_device_spec`` reads the planner's ``--device`` flag. GB means 10**9 bytes and GiB
-2**30; a bare ``G`` is refused because people mean either.
+``parse_device_spec`` reads the planner's ``--device`` flag (every front end's device field
+goes through it). GB means 10**9 bytes and GiB 2**30; a bare ``G`` is refused because people
+mean either. A bare number is a preset's model number (``4090``) or, if none, a size without
+its unit; a name that is no preset is answered with the presets it may mean.
 """
 
 from __future__ import annotations
@@ -9,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainmem.core.target import DeviceTarget
-from trainmem.core.units import parse_size
-from trainmem.devices.presets import resolve_preset
+from trainmem.core.units import parse_size, shown
+from trainmem.devices.presets import resolve_preset, suggest_presets
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -23,6 +25,8 @@ ACCEPTED = (
     "a preset (e.g. RTX-4090, H100-80GB, mac-36GB), a size (24GiB, 80GB), unified:36GB, "
     "auto, or a comma-separated list of these"
 )
+LIST_THEM = "trainmem-tui devices --presets lists them"
+MAX_ITEMS = 64  # devices in one spec: far more than any plan is judged against
 
 
 def parse_device_spec(
@@ -37,9 +41,11 @@ def parse_device_spec(
     ``auto`` reads the machine now (NVML and psutil: call it off the UI thread). Raises
     ValueError with a one-line message naming what is accepted.
     """
-    items = [s.strip() for s in spec.split(",")]
+    items = [s.strip() for s in spec.split(",", MAX_ITEMS)]
+    if len(items) > MAX_ITEMS:
+        raise ValueError(f"more than {MAX_ITEMS} devices in one --device; give fewer")
     if not spec.strip() or any(not s for s in items):
-        raise ValueError(f"empty device in {spec!r}; use {ACCEPTED}")
+        raise ValueError(f"empty device in {shown(spec)}; use {ACCEPTED}")
     targets: list[DeviceTarget] = []
     for item in items:
         targets.extend(_parse_one(item, nvml, system, apple))
@@ -57,17 +63,33 @@ def _parse_one(
     kind, _, size_text = item.rpartition(":")
     kind = kind.strip().lower()
     if kind not in ("", "gpu", "unified"):
-        raise ValueError(f"unknown device kind {kind!r} in {item!r}; use gpu: or unified:")
+        raise ValueError(
+            f"unknown device kind {shown(kind)} in {shown(item)}; use gpu: or unified:"
+        )
     try:
         size = parse_size(size_text)
     except ValueError:
-        if kind or item.strip()[:1].isdigit():
+        if kind:
             raise  # a size that is wrong: its own message says how
-        raise ValueError(f"unknown device {item!r}; use {ACCEPTED}") from None
+        guesses = suggest_presets(item)
+        meant = f"; did you mean {_either(guesses)}? ({LIST_THEM})" if guesses else ""
+        if item.isascii() and item.isdigit():  # neither a model number nor a size with a unit
+            n = item if len(item) <= 6 else "24"
+            raise ValueError(
+                f"{shown(item)} is no preset and needs a unit to be a size "
+                f"(e.g. {n}GB or {n}GiB){meant}"
+            ) from None
+        if item[:1].isdigit() and not guesses:
+            raise  # a size that is wrong: its own message says how
+        raise ValueError(f"unknown device {shown(item)}{meant or f'; use {ACCEPTED}'}") from None
     label = size_text.strip()
     if kind == "unified":
         return [DeviceTarget.unified(f"unified {label}", size)]
     return [DeviceTarget.gpu(f"GPU {label}", size)]
+
+
+def _either(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def detect_targets(

@@ -8,6 +8,10 @@ Devices of other nodes (ids ``node/gpu0``, read from a cluster's Prometheus) go 
 ``ClusterPane`` instead: a summary row per node (GPU memory used/total, RAM), each GPU marked
 against the plan; with more than a few nodes one line per node, led by the node closest to
 running out, so that dozens of nodes stay readable at 80x24.
+
+Names, ids, commands and reasons come from outside (a process's command line, a cluster's
+labels): they go in as ``Text`` (never parsed as markup) with control characters shown as
+escapes (``trainmem.core.text.visible``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from textual.widget import Widget
 
 from trainmem.app.widgets.bars import VERDICT_STYLE, sparkline, usage_bar
 from trainmem.core.fit import judge_fit
+from trainmem.core.text import visible
 from trainmem.core.units import fmt_bytes
 from trainmem.devices.promql import node_of
 
@@ -51,7 +56,7 @@ def top_processes(d: DeviceReading, n: int) -> list[ProcessReading]:
 
 def process_label(p: ProcessReading) -> str:
     """The command line if the OS told us, else the name, else why not."""
-    return p.cmdline or p.name or (p.unavailable or "unknown")
+    return visible(p.cmdline or p.name or (p.unavailable or "unknown"))
 
 
 def short_device_name(name: str) -> str:
@@ -72,12 +77,12 @@ def whole_words(text: str, room: int) -> str:
 def device_title(d: DeviceReading, room: int) -> Text:
     """``gpu0 RTX 4090`` or ``System RAM`` (no id that the name already says), cut at a word
     boundary to ``room`` cells: a pane never reads "system System…"."""
-    name = short_device_name(d.name)
-    show_id = d.id.lower() not in name.lower().replace(" ", "")
+    name, device_id = visible(short_device_name(d.name)), visible(d.id)
+    show_id = device_id.lower() not in name.lower().replace(" ", "")
     title = Text(no_wrap=True)
     if show_id:
-        title.append(d.id, style="bold")
-        room -= len(d.id) + 1
+        title.append(device_id, style="bold")
+        room -= len(device_id) + 1
     shown = whole_words(name, room)
     if shown:
         title.append((" " if show_id else "") + shown, style="" if show_id else "bold")
@@ -118,7 +123,7 @@ class DevicePane(Widget):
         width = max(10, width)
         if d.unavailable or d.total_bytes is None or d.used_bytes is None:
             head = device_title(d, width)
-            return [head, Text(f"unavailable: {d.unavailable or 'no memory reading'}")]
+            return [head, Text(f"unavailable: {visible(d.unavailable or 'no memory reading')}")]
         total, used = d.total_bytes, d.used_bytes
         figures = f" {fmt_bytes(used)} / {fmt_bytes(total)} {100 * used / total:3.0f}%"
         if d.stale_s is not None:  # its source has not answered lately: say how old it is
@@ -217,7 +222,7 @@ class _Node:
 
     def summary(self, plan: dict[str, int | None]) -> Text:
         line = Text(no_wrap=True, overflow="ellipsis")
-        line.append(self.name, style="bold")
+        line.append(visible(self.name), style="bold")
         live = self.live_gpus()
         if self.gpus:
             used = sum(g.used_bytes or 0 for g in live)
@@ -248,7 +253,7 @@ class _Node:
             line.append(f"  stale {stale:.0f}s", style="dim")
         everything = [*self.gpus, *([ram] if ram else [])]
         if everything and all(d.unavailable for d in everything):
-            line.append(f"  unavailable: {everything[0].unavailable}")
+            line.append(f"  unavailable: {visible(everything[0].unavailable or '')}")
         return line
 
 
@@ -288,9 +293,9 @@ class ClusterPane(Widget):
         tight = [(t[0], n, t[1]) for n in self.nodes if (t := n.tightest()) is not None]
         if tight:
             fraction, node, d = min(tight, key=lambda x: x[0])
-            what = d.id.partition("/")[2]
+            what = visible(d.id.partition("/")[2])
             head.append(" · closest to full: ")
-            head.append(node.name, style="bold")
+            head.append(visible(node.name), style="bold")
             head.append(f" {what} {fmt_bytes(d.free_bytes or 0)} free ({100 * fraction:.0f}%)")
         lines = [head]
         detailed = len(self.nodes) <= FEW_NODES and gpus <= FEW_GPUS
@@ -302,10 +307,10 @@ class ClusterPane(Widget):
 
     def _gpu_line(self, g: DeviceReading, width: int) -> Text:
         line = Text(no_wrap=True, overflow="ellipsis")
-        label = f"  {g.id.partition('/')[2]} "
+        label = f"  {visible(g.id.partition('/')[2])} "
         line.append(label)
         if g.unavailable or g.total_bytes is None or g.used_bytes is None:
-            line.append(f"unavailable: {g.unavailable or 'no memory reading'}")
+            line.append(f"unavailable: {visible(g.unavailable or 'no memory reading')}")
             return line
         plan = self.plan_bytes.get(g.id)
         mark = _plan_mark(g, plan)
