@@ -4,6 +4,7 @@ offers changes that lower the need, each re-estimated, and smaller models that a
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -103,3 +104,14 @@ def test_advice_never_raises_the_need_and_each_is_re_estimated(
         after = need(replace(plan, **changes), after_spec, budget)
         assert a.saves_bytes == now - after
         assert a.fits_after == (after <= budget.usable_bytes)
+
+
+def test_a_real_trl_command_gets_the_bf16_base_advice(capsys):
+    """TRL's fp32 default comes back from --from-args as base_dtype fp32, not "auto": the
+    biggest fix for a real TRL command must still be offered."""
+    args = "trl sft --model_name_or_path Qwen/Qwen2.5-7B --use_peft --bf16"
+    assert main(["plan", "--from-args", args, "--device", "24GB", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["plan"]["base_dtype"] == "fp32"
+    bf16 = [a for a in out["advice"] if a["changes"] == {"base_dtype": "16-bit"}]
+    assert bf16 and bf16[0]["saves_bytes"] > 0

@@ -217,7 +217,10 @@ def advice(
     if plan.optimizer in ("adamw", "adamw-foreach") and plan.training.trains_base:
         options.append(("use 8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"}, None))
     # Beyond the guide: what the training stack itself can change, at no cost in quality.
-    if plan.fp32_base and plan.base_dtype == "auto":
+    # Whether the fp32 base is the stack's default or was read from a config (TRL's own
+    # default comes back from --from as base_dtype fp32), loading it in 16 bits is the fix;
+    # under plain fp32 training there is no 16-bit compute to load it for.
+    if plan.fp32_base and plan.precision.endswith("-mixed"):
         options.append(
             (
                 "load the frozen base in bf16 (TRL: model_init_kwargs dtype=bfloat16)",
