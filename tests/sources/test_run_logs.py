@@ -13,7 +13,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "probe"))
 from fake_run_logs import CONFIG, run_record, step_record, write_log
 
-from trainmem.sources.run_logs import RunLogError, RunLogTail, read_run_log, rebuild_plan
+from trainmem.core.plan import Plan
+from trainmem.core.units import MAX_SIZE
+from trainmem.probe.writer import rank_path
+from trainmem.sources.run_logs import (
+    RunLogError,
+    RunLogTail,
+    read_run_log,
+    read_run_logs,
+    rebuild_plan,
+    run_log_paths,
+)
 
 
 def test_a_whole_log(tmp_path: Path):
@@ -152,3 +162,72 @@ def test_a_plan_value_the_planner_refuses_is_one_line(tmp_path: Path):
     with pytest.raises(RunLogError, match="method") as exc:
         rebuild_plan(read_run_log(path))
     assert "\n" not in str(exc.value)
+
+
+# -- a base path and its rank files -------------------------------------------------------------
+@pytest.mark.parametrize("base", ["run.jsonl", "run", "run-{rank}.log", "logs.v2/run.jsonl"])
+def test_a_base_path_finds_the_rank_files_the_probe_writes(tmp_path: Path, base: str):
+    given = tmp_path / base
+    given.parent.mkdir(exist_ok=True)
+    for rank in (2, 0, 10, 1):  # the probe's own names, whatever order they appear in
+        write_log(Path(rank_path(str(given), rank)), run_record(rank=rank, world=11), [])
+    (given.parent / "run.rank1.jsonl.bak").write_text("not a rank's")
+    (given.parent / "other.rank0.jsonl").write_text("another run's")
+    paths = run_log_paths(given)
+    assert paths == [Path(rank_path(str(given), r)) for r in (0, 1, 2, 10)]
+    assert [log.rank for log in read_run_logs([given])] == [0, 1, 2, 10]
+
+
+def test_a_file_at_the_path_is_read_itself_and_a_log_is_read_once(tmp_path: Path):
+    one = write_log(tmp_path / "run.rank0.jsonl", run_record(), [])
+    assert run_log_paths(one) == [one]
+    assert len(read_run_logs([tmp_path / "run.jsonl", one])) == 1  # the base names it too
+
+
+def test_no_log_and_no_rank_file_is_one_line_naming_both(tmp_path: Path):
+    with pytest.raises(RunLogError) as exc:
+        run_log_paths(tmp_path / "run.jsonl")
+    says = str(exc.value)
+    assert says.startswith("no such run log: ") and "run.rank0.jsonl" in says and "\n" not in says
+
+
+# -- numbers checked at the reader ------------------------------------------------------------
+def _raw_log(tmp_path: Path, run: str, step: str) -> Path:
+    path = tmp_path / "r.jsonl"
+    path.write_text(run + "\n" + step + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "value", ["NaN", "Infinity", "-Infinity", "1e400", "9" * 400, "-" + "9" * 5000, "1.5", "-3"]
+)
+def test_a_number_that_is_no_byte_figure_is_read_as_not_known(tmp_path: Path, value: str):
+    run = json.dumps(run_record()).replace('"world_size": 1', f'"world_size": {value}')
+    step = (
+        f'{{"kind": "step", "step": 1, "duration_s": {value}, "max_allocated_bytes": {value}, '
+        f'"reserved_bytes": {value}, "phases": {{"forward": {{"max_allocated_bytes": {value}}}}}}}'
+    )
+    log = read_run_log(_raw_log(tmp_path, run, step))
+    (s,) = log.steps
+    assert s.max_allocated_bytes is None and s.reserved_bytes is None
+    assert s.phases == {"forward": {}}
+    assert s.duration_s is None or s.duration_s == float(value)  # a finite float is a time
+    assert log.world_size == 1
+    json.dumps(log.run, allow_nan=False)  # what is passed on stays strict JSON
+
+
+def test_figures_are_bounded_to_2_to_the_64(tmp_path: Path):
+    run = json.dumps(run_record())
+    big, ok = MAX_SIZE + 1, MAX_SIZE
+    step = f'{{"kind": "step", "step": 1, "max_allocated_bytes": {big}, "reserved_bytes": {ok}}}'
+    (s,) = read_run_log(_raw_log(tmp_path, run, step)).steps
+    assert s.max_allocated_bytes is None and s.reserved_bytes == ok
+
+
+def test_a_huge_device_size_is_no_size(tmp_path: Path):
+    record = run_record()
+    record["device"]["total_bytes"] = 10**30
+    log = read_run_log(write_log(tmp_path / "r.jsonl", record, [step_record(1)]))
+    assert log.total_bytes is None
+    # No OverflowError from the size: the plan keeps its default device.
+    assert rebuild_plan(log).plan.device == Plan().device

@@ -6,11 +6,25 @@ being written (or cut by a crash) and is left for the next read, never an error.
 the middle that is not a JSON object is skipped and named in ``problems``. What makes a log
 unusable (nothing at the path, no run record first, a newer format) is a ``RunLogError``
 whose ``str()`` is one line naming the file.
+
+Numbers are checked as JSON is parsed, before any arithmetic: NaN and the infinities
+(Python's json reads ``NaN``, ``Infinity`` and ``1e400``) and integers of more than 20
+digits (beyond any byte count; ``int()`` of thousands of digits is slow or refused) are read
+as null, which the format already means "not known"; byte figures and counts must then lie
+in 0..2^64. (Local checks: core/units.py had no shared range-check helper when this was
+written.)
+
+A path is a log, or the base path the probe was given (``TRAINMEM_RUN_LOG=run.jsonl``
+writes ``run.rank0.jsonl``, ``run.rank1.jsonl``, ...): :func:`run_log_paths` finds the rank
+files from it.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,12 +32,17 @@ from typing import Any
 from trainmem.core.architecture import ModelSpec, spec_from_config
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import PLAN_FIELDS, Plan
-from trainmem.core.run_log import DESCRIBED, END, FORMAT_VERSION, RUN, STEP
+from trainmem.core.run_log import DESCRIBED, END, FORMAT_VERSION, RUN, STEP, rank_name, rank_of
+from trainmem.core.units import MAX_SIZE
 from trainmem.sources import files
 
 CHUNK = 1 << 20
 MAX_LINE = 16 << 20  # a run record holds a config.json: kilobytes; a longer line is not ours
 MAX_PROBLEMS = 20  # bad lines named, then only counted
+MAX_INT_DIGITS = 20  # 2^64 has 20 digits: a longer integer is no figure of a run
+MAX_NAME = 200  # characters of a device name kept (NVML's are under 100)
+MAX_ERROR = 500  # characters of a step's exception text kept
+MAX_LISTED = 100_000  # folder entries looked at for rank files: a log folder holds a few
 
 
 class RunLogError(ValueError):
@@ -31,7 +50,30 @@ class RunLogError(ValueError):
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    """A byte figure or a count: an integer in 0..2^64, else None (not known)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SIZE
+    return value if ok else None
+
+
+def _parse_int(text: str) -> int | None:
+    return int(text) if len(text.lstrip("-")) <= MAX_INT_DIGITS else None
+
+
+def _parse_float(text: str) -> float | None:
+    value = float(text)  # "1e400" is inf, never an error
+    return value if math.isfinite(value) else None
+
+
+def _parse_constant(_text: str) -> None:  # NaN, Infinity, -Infinity: not JSON numbers
+    return None
+
+
+def parse_record(line: bytes | str) -> Any:
+    """One line of a log as JSON, its numbers checked (see the module's docstring);
+    ValueError (or RecursionError, nested too deep) when it is no JSON."""
+    return json.loads(
+        line, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +108,9 @@ class StepRecord:
         error = rec.get("error")
         return cls(
             step=_int(rec.get("step")) or number,
-            duration_s=float(duration) if isinstance(duration, (int, float)) else None,
+            duration_s=float(duration)
+            if isinstance(duration, (int, float)) and not isinstance(duration, bool)
+            else None,
             allocated_bytes=_int(rec.get("allocated_bytes")),
             reserved_bytes=_int(rec.get("reserved_bytes")),
             max_allocated_bytes=_int(rec.get("max_allocated_bytes")),
@@ -78,7 +122,7 @@ class StepRecord:
             phases=clean,
             batch=_int(rec.get("batch")),
             seq_len=_int(rec.get("seq_len")),
-            error=str(error) if error is not None else None,
+            error=str(error)[:MAX_ERROR] if error is not None else None,
         )
 
 
@@ -99,9 +143,18 @@ class RunLog:
         return _int(self.run.get("rank")) or 0
 
     @property
+    def world_size(self) -> int:
+        return _int(self.run.get("world_size")) or 1
+
+    @property
     def device(self) -> dict[str, Any]:
         device = self.run.get("device")
         return device if isinstance(device, dict) else {}
+
+    @property
+    def total_bytes(self) -> int | None:
+        """The device's memory as the run record gives it (None: not given, or not a size)."""
+        return _int(self.device.get("total_bytes")) or None
 
     @property
     def device_type(self) -> str:
@@ -110,8 +163,12 @@ class RunLog:
 
     @property
     def gpu_name(self) -> str | None:
+        """The GPU's name as the log gives it (raw: shown through core.text.visible, and
+        refused as a calibration key when it holds control characters)."""
         name = self.device.get("name")
-        return str(name) if self.device_type == "cuda" and name else None
+        if self.device_type != "cuda" or not isinstance(name, str) or not name.strip():
+            return None
+        return name[:MAX_NAME]
 
     @property
     def cuda(self) -> str | None:
@@ -211,7 +268,7 @@ class RunLogTail:
         if not line.strip():
             return
         try:
-            rec = json.loads(line)
+            rec = parse_record(line)
         except (ValueError, RecursionError):
             rec = None
         if not isinstance(rec, dict):
@@ -249,6 +306,53 @@ class RunLogTail:
 def read_run_log(path: Path | str) -> RunLog:
     """Every complete record of the log at ``path``."""
     return RunLogTail(path).poll()
+
+
+def rank_files(base: Path) -> list[Path]:
+    """The rank files the probe writes for the base path ``base`` (run.jsonl ->
+    run.rank0.jsonl, run.rank1.jsonl, ...; run-{rank}.log -> run-0.log, ...), in rank order;
+    empty when there are none. RunLogError when the folder cannot be listed."""
+    folder = base.parent
+    found: list[tuple[int, Path]] = []
+    try:
+        with os.scandir(folder) as entries:
+            for i, entry in enumerate(entries):
+                if i >= MAX_LISTED:
+                    break
+                rank = rank_of(entry.name, base.name)
+                if rank is not None:
+                    found.append((rank, folder / entry.name))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise RunLogError(f"cannot list {files.show(folder)}: {files.reason(exc)}") from None
+    return [path for _, path in sorted(found)]
+
+
+def run_log_paths(path: Path | str) -> list[Path]:
+    """The logs ``path`` names: the file itself when something is there, else the rank files
+    of that base path. RunLogError (one line) when there is neither."""
+    try:
+        expanded = files.expand(path)
+        if files.kind(expanded) is not None:
+            return [expanded]  # whatever it is: reading it says what is wrong with it
+    except files.FileReadError as exc:
+        raise RunLogError(str(exc)) from None
+    ranks = rank_files(expanded)
+    if not ranks:
+        raise RunLogError(
+            f"no such run log: {files.show(expanded)}, nor rank files of it "
+            f"({files.show(expanded.parent / rank_name(expanded.name, 0))}, ...; the probe "
+            "writes them at the first step: TrainmemCallback() or RunProbe(), with "
+            "TRAINMEM_RUN_LOG or a path)"
+        )
+    return ranks
+
+
+def read_run_logs(paths: Iterable[Path | str]) -> list[RunLog]:
+    """Every log the paths name (a base path: all its ranks), each read once."""
+    found = dict.fromkeys(p for path in paths for p in run_log_paths(path))
+    return [read_run_log(p) for p in found]
 
 
 @dataclass(frozen=True)
@@ -290,12 +394,12 @@ def rebuild_plan(log: RunLog) -> RebuiltPlan:
     defaults = [k for k in DESCRIBED if k not in fields]
     if defaults:
         notes.append(f"not in the log, the plan's defaults: {', '.join(defaults)}")
-    world = _int(log.run.get("world_size"))
-    if "gpus" not in fields and world and world > 1:  # data parallel: one rank per GPU
+    world = log.world_size
+    if "gpus" not in fields and world > 1:  # data parallel: one rank per GPU
         fields["gpus"] = world
     spec = _spec(log, where)
     fields["model"] = spec.name
-    total = _int(log.device.get("total_bytes"))
+    total = log.total_bytes
     if total:
         prefix = "unified:" if log.device_type == "mps" else ""
         fields["device"] = f"{prefix}{total / 2**30:.2f}GiB"
