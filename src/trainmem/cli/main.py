@@ -10,6 +10,12 @@ Ctrl+C ends every command without a traceback, at any moment, start-up included:
 * while a command runs it raises KeyboardInterrupt as usual, caught here: exit status 130;
 * `devices --watch` handles SIGINT and SIGTERM itself: the user stopping it exits 0.
 
+A closed pipe (``trainmem-tui run-report --json | head``) ends every command quietly with
+status 141 (128 + SIGPIPE, as a shell reports a command ended by it): stdout is flushed before
+``main`` returns, so a closed reader is found here and not at the interpreter's exit, where
+Python would print "Exception ignored ... BrokenPipeError"; then stdout is pointed at
+/dev/null for that final flush (the recipe of Python's signal module docs, "Note on SIGPIPE").
+
 This module imports next to nothing at load, so a Ctrl+C during start-up lands inside ``main``.
 """
 
@@ -26,6 +32,7 @@ if TYPE_CHECKING:
 
 SUBCOMMANDS = ("plan", "devices", "run-report", "calibrate")
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl+C
+PIPE_CLOSED = 141  # 128 + SIGPIPE
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -61,7 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if _interrupted:
                 return INTERRUPTED
             _raising = True
-            return int(ns.run(ns))
+            status = int(ns.run(ns))
+            sys.stdout.flush()  # a closed pipe is found here, not at exit
+            return status
         # No subcommand: the dashboard, which takes the plan flags too. Imported lazily so the
         # headless commands never pay for Textual.
         from trainmem.cli import dashboard_cmd
@@ -72,10 +81,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return dashboard_cmd.run(args)
     except KeyboardInterrupt:
         return INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return PIPE_CLOSED
     finally:
         _interrupted = _raising = False  # this run is over (tests call main() many times)
         if restore is not None:
             restore()
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: what is left in its buffer goes nowhere, quietly."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor (a test's capture): nothing to do
+        pass
 
 
 def interrupted() -> bool:
