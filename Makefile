@@ -1,4 +1,5 @@
-# `make run` opens the dashboard, `make test` runs every check; each sets itself up first.
+# `make run` opens the dashboard, `make test` runs every check; each sets itself up first and
+# reinstalls only when pyproject.toml changed (scripts/install.sh).
 .PHONY: run test screenshots accuracy measure measure-sharded
 
 run:
@@ -8,11 +9,11 @@ test:
 	./scripts/test.sh
 
 screenshots:
-	./scripts/run.sh --version >/dev/null && .venv/bin/python scripts/screenshots.py
+	./scripts/install.sh && .venv/bin/python scripts/screenshots.py
 
 # The accuracy table from the recorded measurements (no torch needed).
 accuracy:
-	./scripts/run.sh --version >/dev/null && .venv/bin/python bench/accuracy/compare.py \
+	./scripts/install.sh && .venv/bin/python bench/accuracy/compare.py \
 		bench/results/measure-cpu.json bench/results/measure-cpu-moe.json \
 		bench/results/measure-cpu-stacks.json bench/results/measure-cpu-nodq.json \
 		bench/results/measure-cpu-real-stacks.json bench/results/measure-cpu-sharded.json \

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Set up (first run) and launch the dashboard: ./scripts/run.sh [trainmem-tui flags]
+# Launch the dashboard: ./scripts/run.sh [trainmem-tui flags]. The first run creates .venv and
+# installs the project; later runs reinstall only when pyproject.toml changed (scripts/install.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$python" -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+./scripts/install.sh
 exec .venv/bin/trainmem-tui "$@"
