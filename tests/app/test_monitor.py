@@ -9,8 +9,9 @@ from textual.widgets import DataTable, Static
 
 from trainmem.app import TrainmemApp
 from trainmem.app.fixture import TRAIN_PID, ReplaySampler, demo_plan_set, demo_snapshot
-from trainmem.app.screens.monitor import difference
 from trainmem.core import Plan, estimate
+from trainmem.core.units import fmt_bytes
+from trainmem.planner.run_report import difference
 from trainmem.sources.resolve import resolve_model
 
 MiB = 2**20
@@ -30,7 +31,9 @@ async def test_monitor_compares_the_run_and_warns_when_memory_runs_low(
         table = app.screen.query_one("#monitor-table", DataTable)
         row = next(r for r in range(table.row_count) if table.get_row_at(r)[1] == str(TRAIN_PID))
         cells = [str(c) for c in table.get_row_at(row)]
-        assert cells[5:] == list(difference(21_400 * MiB, predicted))  # the fixture's peak
+        assert cells[5:] == list(
+            difference(21_400 * MiB, predicted).shown(fmt_bytes)
+        )  # the fixture's peak
 
         # The run grows until GPU 1 has under 5% free: the next sample shows it at once.
         sampler = app.state.sampler
@@ -40,13 +43,18 @@ async def test_monitor_compares_the_run_and_warns_when_memory_runs_low(
         assert warning.display and "LOW FREE MEMORY on gpu1" in plain(warning)
         cells = [str(c) for c in table.get_row_at(row)]
         assert cells[3] == "24.7 GB" and cells[4] == "24.7 GB"
-        assert cells[5:] == list(difference(23_600 * MiB, predicted))
+        assert cells[5:] == list(difference(23_600 * MiB, predicted).shown(fmt_bytes))
         assert cells[5].startswith("+")
         # Other processes (a notebook, the desktop) are not taken for the run.
         others = [table.get_row_at(r) for r in range(table.row_count) if r != row]
         assert all(str(r[5]) == "not the run" for r in others)
 
 
-def test_difference_is_signed_in_gb_and_percent() -> None:
-    assert difference(11_000_000_000, 10_000_000_000) == ("+1.0 GB", "+10%")
-    assert difference(9_500_000_000, 10_000_000_000) == ("−0.5 GB", "−5%")
+def test_difference_is_observed_minus_predicted_as_a_share_of_observed() -> None:
+    over = difference(11 * 2**30, 10 * 2**30)  # the run held 1 GiB more than predicted
+    assert (over.bytes, round(over.pct or 0, 4)) == (2**30, round(100 / 11, 4))
+    assert over.over and over.shown() == ("+1.00 GiB", "+9.1%")
+    under = difference(400 * MiB, 500 * MiB)
+    assert not under.over and under.shown() == ("-100.0 MiB", "-25.0%")
+    assert difference(0, 10).pct is None and difference(0, 10).shown()[1] == "n/a"
+    assert over.shown(fmt_bytes) == ("+1.1 GB", "+9.1%")  # the monitor table's unit

@@ -4,6 +4,8 @@ the state folder, and one-line exit-2 errors for bad input."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +15,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "probe"))
 from fake_run_logs import MiB, run_record, step_record, write_log
 
 from trainmem.cli.main import main
-from trainmem.sources.calibration import calibration_path, load_calibrations
+from trainmem.sources.calibration import (
+    CalibrationFileError,
+    calibration_path,
+    load_calibrations,
+    load_calibrations_or_warn,
+)
 
 
 def _cuda_log(tmp_path: Path, name: str = "run.rank0.jsonl", rank: int = 0) -> Path:
@@ -76,8 +83,13 @@ def test_a_broken_calibration_file_is_reported_and_kept(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "context_bytes -1 is not a byte count (left as it is)" in err
     assert path.read_text() == '{"format": 1, "gpus": {"x": {"context_bytes": -1}}}'
-    assert main(["run-report", str(_cuda_log(tmp_path))]) == 2  # not silently ignored
+    # A report judges it as absent, with one warning (never silently, never an error).
+    assert main(["run-report", str(_cuda_log(tmp_path))]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("trainmem-tui run-report: warning: ")
+    assert "context_bytes -1 is not a byte count" in err and "built-in figures" in err
     assert main(["run-report", str(_cuda_log(tmp_path)), "--no-calibration"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize(
@@ -127,3 +139,156 @@ def test_plan_judges_a_calibrated_gpu_on_its_calibration(
     built_in = _json(capsys, *args, "--no-calibration")["fit"][0]
     assert built_in == before
     assert after["required_bytes"] != before["required_bytes"]
+
+
+# -- a base path, as given to TRAINMEM_RUN_LOG -------------------------------------------------
+def test_the_base_path_reads_every_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], isolated_state: Path
+):
+    for r in (0, 1):
+        _cuda_log(tmp_path, f"run.rank{r}.jsonl", rank=r)
+    doc = _json(capsys, "run-report", str(tmp_path / "run.jsonl"), "--json")
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+    assert main(["calibrate", str(tmp_path / "run.jsonl")]) == 0
+    assert capsys.readouterr().out.count("NVIDIA H100 80GB HBM3: CUDA context") == 2
+
+
+# -- closed pipes ------------------------------------------------------------------------------
+def test_a_closed_pipe_ends_quietly(tmp_path: Path):
+    steps = [step_record(i) for i in range(1, 2001)]  # JSON far larger than a pipe's buffer
+    log = write_log(tmp_path / "run.rank0.jsonl", run_record(), steps)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainmem", "run-report", str(log), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(10)  # `| head -c 10`: read a little, then close the pipe
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 141 and err == ""  # 128 + SIGPIPE, and no traceback
+
+
+# -- hostile and broken values -----------------------------------------------------------------
+def test_nan_and_infinity_in_a_record_give_strict_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    path = _cuda_log(tmp_path)
+    text = path.read_text().replace('"duration_s": 0.5', '"duration_s": NaN', 1)
+    text = text.replace('"world_size": 2', '"world_size": Infinity', 1)
+    path.write_text(text.replace('"free_bytes": 64424509440', '"free_bytes": ' + "9" * 400, 1))
+    doc = _json(capsys, "run-report", str(path), "--json")
+    (rank,) = doc["ranks"]
+    assert rank["world_size"] == 1 and rank["per_step"][0]["free_bytes"] is None
+
+
+def _hostile_log(tmp_path: Path, gpu: str) -> Path:
+    record = run_record(gpu=gpu)
+    record["plan"]["bogus\x1b]52;c;aGk=\x07"] = 1  # an unknown key, named in a note
+    steps = [step_record(1), {**step_record(2), "error": "OOM\x1b[2J\x1b]0;title\x07"}]
+    return write_log(tmp_path / "evil\x1b[31m.jsonl", record, steps)
+
+
+def test_escape_sequences_in_a_log_never_reach_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    log = _hostile_log(tmp_path, "NVIDIA\x1b[2J H100\x9b31m")
+    assert main(["run-report", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
+    assert "NVIDIA\\x1b[2J H100\\x9b31m" in out and "OOM\\x1b[2J" in out
+    assert "evil\\x1b[31m.jsonl" in out and "bogus\\x1b]52;c;aGk=\\x07" in out
+    doc = _json(capsys, "run-report", str(log), "--json")  # JSON stays exact
+    assert doc["ranks"][0]["device"]["name"] == "NVIDIA\x1b[2J H100\x9b31m"
+
+
+def test_calibrate_refuses_a_gpu_name_with_control_characters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    log = _hostile_log(tmp_path, "NVIDIA\x1b]0;pwned\x07H100")
+    assert main(["calibrate", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds control characters" in err
+    assert "\x1b" not in err and "\\x1b]0;pwned\\x07" in err
+    assert not calibration_path().exists()
+
+
+@pytest.mark.parametrize(
+    ("steps", "says"),
+    [
+        # The allocator reserved 100x its allocated peak: fragmentation, not a ratio.
+        (
+            [step_record(i, allocated=10 * MiB, reserved=1000 * MiB) for i in (1, 2)],
+            "reserve_fraction 99.0",
+        ),
+        # A context of 2^60 bytes (an exabyte): more than the GPU, and than any GPU made.
+        ([step_record(1), step_record(2, context=2**60)], "is more than the GPU's"),
+        # A context beside the reserved peak larger than this run's 80 GiB device.
+        (
+            [step_record(1), step_record(2, context=79 * 2**30, reserved=2 * 2**30)],
+            "is more than the GPU's",
+        ),
+    ],
+)
+def test_calibrate_refuses_an_implausible_run_and_stores_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], steps: list, says: str
+):
+    log = write_log(tmp_path / "run.rank0.jsonl", run_record(), steps)
+    assert main(["calibrate", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and "nothing stored" in err
+    assert not calibration_path().exists()
+
+
+def test_a_context_beyond_2_to_the_64_is_not_read_as_a_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    # NVML's figure of 10^30 bytes is no figure: the device's free memory stands in.
+    steps = [step_record(1), step_record(2, context=10**30)]
+    log = write_log(tmp_path / "run.rank0.jsonl", run_record(), steps)
+    assert main(["calibrate", str(log), "--json"]) == 0
+    (stored,) = json.loads(capsys.readouterr().out)
+    assert stored["context_from"] == "device free memory"
+    assert stored["context_bytes"] < 80 * 2**30
+
+
+POISONED = {
+    "NVIDIA H100 80GB HBM3": {"context_bytes": 10**30, "reserve_fraction": 0.1, "run": "a"},
+    "NVIDIA A100-SXM4-80GB": {"context_bytes": 500 * MiB, "reserve_fraction": 99.0, "run": "b"},
+    "NVIDIA L4": {"context_bytes": 400 * MiB, "reserve_fraction": 0.2, "run": "good.jsonl"},
+}
+
+
+def test_a_poisoned_calibration_file_never_stops_a_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    path = calibration_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"format": 1, "gpus": POISONED})
+    path.write_text(text)
+    for device in ("24GB", "h100-80gb"):
+        assert main(["plan", "--model", "0.5B", "--device", device, "--json"]) == 0
+        captured = capsys.readouterr()
+        json.loads(captured.out)
+        assert captured.err.count("\n") <= 1  # at most the one warning
+    assert main(["run-report", str(_cuda_log(tmp_path))]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "warning:" in err and "(and 1 more)" in err
+    assert main(["calibrate", str(_cuda_log(tmp_path))]) == 2  # never written over
+    assert "left as it is" in capsys.readouterr().err
+    assert path.read_text() == text
+
+
+def test_loading_keeps_the_good_gpus_of_a_partly_broken_file():
+    path = calibration_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format": 1, "gpus": POISONED}))
+    found, warning = load_calibrations_or_warn()
+    assert list(found) == ["NVIDIA L4"] and found["NVIDIA L4"].run == "good.jsonl"
+    assert warning is not None and "\n" not in warning and "(and 1 more)" in warning
+    path.write_text("{not json")
+    assert load_calibrations_or_warn()[0] == {}
+    with pytest.raises(CalibrationFileError):
+        load_calibrations()

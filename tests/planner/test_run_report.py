@@ -45,9 +45,10 @@ def test_observed_beside_predicted_in_bytes_and_percent(tmp_path: Path):
     assert (
         alloc["observed_bytes"] == 100 * MiB and alloc["step"] == 2 and alloc["phase"] == "backward"
     )
-    assert alloc["difference_bytes"] == est.allocated_bytes - 100 * MiB
+    # observed - predicted, as a share of observed
+    assert alloc["difference_bytes"] == 100 * MiB - est.allocated_bytes
     assert alloc["difference_pct"] == round(
-        100 * (est.allocated_bytes - 100 * MiB) / (100 * MiB), 2
+        100 * (100 * MiB - est.allocated_bytes) / (100 * MiB), 2
     )
     device = doc["device_peak"]
     # device peak = peak reserved + context (driver - reserved at the step's end)

@@ -20,51 +20,79 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunSeen:
-    """A run log as last read: its comparison with the plan, or why it cannot be read yet."""
+    """A run log (or a base path and its rank files) as last read: each rank's comparison
+    with the plan, in rank order, and why a file cannot be read yet, if one cannot."""
 
     path: Path
-    report: RankReport | None
+    reports: tuple[RankReport, ...] = ()
     error: str | None = None
+    warning: str | None = None  # the calibration file could not be used
+
+    @property
+    def report(self) -> RankReport | None:
+        """The first rank's comparison (None: nothing readable yet)."""
+        return self.reports[0] if self.reports else None
 
 
 class RunLogPoller:
-    """Tails one probe log (trainmem.sources.run_logs.RunLogTail): reads only what was
-    appended, and rebuilds the comparison only when a step was added."""
+    """Tails one probe log, or every rank file of a base path (``run.jsonl`` for
+    ``run.rank0.jsonl``, ``run.rank1.jsonl``...; trainmem.sources.run_logs.run_log_paths,
+    looked up again at each poll until the path names a file, so ranks that start late are
+    found): reads only what was appended, and rebuilds a comparison only when a step was
+    added."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path).expanduser()
-        self._tail: Any = None  # made on the polling thread: it touches the disk
-        self._seen: tuple[int, bool] | None = None
-        self._error: str | None = None
+        self._tails: dict[Path, Any] = {}  # made on the polling thread: they touch the disk
+        self._reports: dict[Path, RankReport] = {}
+        self._seen: dict[Path, tuple[int, bool]] = {}
+        self._warning: str | None = None
+        self._rebuilt = 0  # comparisons rebuilt so far: a change to report
+        self._last: tuple[object, ...] | None = None
 
     def __call__(self) -> RunSeen | None:
         from trainmem.planner.run_report import rank_report
-        from trainmem.sources.run_logs import RunLogTail
+        from trainmem.sources.run_logs import RunLogError, RunLogTail, run_log_paths
 
+        errors: list[str] = []
         try:
-            if self._tail is None:
-                self._tail = RunLogTail(self.path)
-            log = self._tail.poll()
-            state = (len(log.steps), log.ended)
-            if state == self._seen:
-                return None
-            report = rank_report(log, _calibrations())
-        except ValueError as exc:  # not written yet, a broken record, an unknown model
-            if str(exc) == self._error:
-                return None
-            self._error, self._seen = str(exc), None
-            return RunSeen(self.path, None, str(exc))
-        self._seen, self._error = state, None
-        return RunSeen(self.path, report)
+            paths = run_log_paths(self.path)
+        except RunLogError as exc:  # not written yet: said, and looked for again
+            paths, errors = [], [str(exc)]
+        for path in paths:
+            try:
+                if path not in self._tails:
+                    self._tails[path] = RunLogTail(path)
+                log = self._tails[path].poll()
+                state = (len(log.steps), log.ended)
+                if self._seen.get(path) != state:
+                    calibrations, self._warning = _calibrations()
+                    self._reports[path] = rank_report(log, calibrations)
+                    self._seen[path] = state
+                    self._rebuilt += 1
+            except ValueError as exc:  # a broken record, an unknown model
+                self._reports.pop(path, None)
+                self._seen.pop(path, None)
+                errors.append(str(exc))
+        reports = tuple(sorted((self._reports[p] for p in paths if p in self._reports), key=_rank))
+        error = errors[0] if errors else None
+        key = (self._rebuilt, len(reports), error, self._warning)
+        if key == self._last:
+            return None
+        self._last = key
+        return RunSeen(self.path, reports, error, self._warning)
 
 
-def _calibrations() -> dict[str, Any]:
-    from trainmem.sources.calibration import load_calibrations
+def _rank(report: RankReport) -> int:
+    return report.log.rank
 
-    try:
-        return load_calibrations()
-    except ValueError:  # a broken calibration file is reported by `calibrate`, not here
-        return {}
+
+def _calibrations() -> tuple[dict[str, Any], str | None]:
+    """This machine's calibrations; a file that cannot be used counts as none, with the
+    warning the monitor shows."""
+    from trainmem.sources.calibration import load_calibrations_or_warn
+
+    return load_calibrations_or_warn()
 
 
 class ProcessPoller:

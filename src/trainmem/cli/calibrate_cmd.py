@@ -4,7 +4,12 @@ context and the allocator's reserve ratio) per GPU model, from probe logs of rea
 Later estimates for that GPU model use them for the runtime part of the device peak only
 (never the allocated estimate) and say "calibrated from <run>"; `run-report --no-calibration`
 ignores them. The file is $TRAINMEM_STATE_DIR (or $XDG_STATE_HOME/trainmem)/calibration.json,
-written atomically; a broken one is reported and left untouched. Bad input: one line, exit 2.
+written atomically; a broken one is reported and left untouched. Bad input: one line, exit 2,
+and nothing stored: a log that is not usable, and a calibration that cannot be right (a
+context larger than the GPU, a reserve over the allocated peak: see
+trainmem.sources.calibration), so a bad run can never poison later plans.
+
+A base path (``run.jsonl``, as given to TRAINMEM_RUN_LOG) stands for its rank files.
 """
 
 from __future__ import annotations
@@ -30,14 +35,15 @@ def add_parser(sub: Any) -> None:
 
 
 def run(ns: argparse.Namespace) -> int:
-    from trainmem.cli.run_report_cmd import size
+    from trainmem.core.text import visible
     from trainmem.planner.calibration import measure
+    from trainmem.planner.run_report import size
     from trainmem.sources.calibration import save_calibration
-    from trainmem.sources.run_logs import read_run_log
+    from trainmem.sources.run_logs import read_run_logs
 
     stored: list[dict[str, Any]] = []
     try:
-        measured = [measure(read_run_log(p)) for p in ns.paths]
+        measured = [measure(log) for log in read_run_logs(ns.paths)]
         for cal, via in measured:
             path = save_calibration(cal)
             stored.append(
@@ -52,7 +58,7 @@ def run(ns: argparse.Namespace) -> int:
                 }
             )
     except ValueError as exc:  # RunLogError, CalibrationError, CalibrationFileError
-        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        sys.stderr.write(f"{PROG}: error: {visible(str(exc))}\n")
         return 2
     if ns.json:
         json.dump(stored, sys.stdout, indent=2)
@@ -61,8 +67,10 @@ def run(ns: argparse.Namespace) -> int:
     for s in stored:
         alone = " (assumes the run was alone on the GPU)" if s["context_from"] != "nvml" else ""
         print(
-            f"{s['gpu']}: CUDA context {size(s['context_bytes'])} (from {s['context_from']}"
-            f"{alone}), allocator reserve {100 * s['reserve_fraction']:.1f}% of the allocated "
-            f"peak; from {s['run']} ({s['steps']} steps) -> {s['file']}"
+            visible(
+                f"{s['gpu']}: CUDA context {size(s['context_bytes'])} (from {s['context_from']}"
+                f"{alone}), allocator reserve {100 * s['reserve_fraction']:.1f}% of the "
+                f"allocated peak; from {s['run']} ({s['steps']} steps) -> {s['file']}"
+            )
         )
     return 0

@@ -21,7 +21,10 @@ from collections.abc import Mapping
 from trainmem.core.calibration import Calibration
 from trainmem.core.runtime import RuntimeFigures, built_in_figures
 from trainmem.core.target import DeviceTarget
+from trainmem.core.text import visible
 from trainmem.devices.presets import resolve_preset
+from trainmem.sources.calibration import implausible
+from trainmem.sources.files import show
 from trainmem.sources.run_logs import RunLog
 
 
@@ -30,8 +33,10 @@ class CalibrationError(ValueError):
 
 
 def measure(log: RunLog) -> tuple[Calibration, str]:
-    """This log's calibration and how its context was read ("nvml" or "device free memory")."""
-    where = f"run log {log.path}"
+    """This log's calibration and how its context was read ("nvml" or "device free memory");
+    CalibrationError when it cannot be right (trainmem.sources.calibration.implausible: the
+    physical bounds, checked against this run's device size)."""
+    where = f"run log {visible(show(log.path))}"
     if log.device_type != "cuda" or not log.gpu_name:
         raise CalibrationError(f"{where} is from a {log.device_type} run: calibration is for CUDA")
     steps = log.steps[1:] or log.steps
@@ -59,16 +64,21 @@ def measure(log: RunLog) -> tuple[Calibration, str]:
         raise CalibrationError(f"{where} holds no step with CUDA memory figures yet")
     allocated = max(a for a, _ in peaks)
     reserved = max(r for _, r in peaks)
+    context = max(0, max(contexts))
+    fraction = max(0.0, reserved / allocated - 1)  # figures of at most 2^64 (run_logs)
+    why = implausible(log.gpu_name, context, fraction, log.total_bytes, reserved)
+    if why is not None:
+        raise CalibrationError(f"{where}: {why}; nothing stored")
     versions = log.run.get("versions")
     torch = versions.get("torch") if isinstance(versions, dict) else None
     cal = Calibration(
         gpu=log.gpu_name,
-        context_bytes=max(0, max(contexts)),
-        reserve_fraction=max(0.0, reserved / allocated - 1),
-        run=log.path.name,
+        context_bytes=context,
+        reserve_fraction=fraction,
+        run=visible(log.path.name),
         steps=len(log.steps),
-        cuda=log.cuda,
-        torch=str(torch) if torch else None,
+        cuda=visible(log.cuda) if log.cuda else None,
+        torch=visible(torch[:40]) if isinstance(torch, str) and torch else None,
     )
     return cal, via
 

@@ -8,13 +8,15 @@ Observed, per step:
   process minus reserved, at the step's end; without NVML the context is not known and the
   device peak is the reserved peak, said in the notes); on MPS and CPU the largest driver
   figure read (Metal's allocation for the process; the process's RSS).
-Differences are predicted - observed, in bytes and as a share of observed (the convention of
-docs/accuracy.md: +10% means the estimate was 10% high).
+Differences (:func:`difference`, the one place they are computed, for `run-report` and the
+dashboard's monitor alike) are observed minus predicted, in bytes and as a share of what was
+observed: +10% means the run held more than predicted, and the estimate was short by 10% of
+what it held; -10% means the estimate was high by 10% of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,15 +85,68 @@ def observe(s: StepRecord, device_type: str) -> StepSeen:
     )
 
 
-def _diff(predicted: int, observed: int | None) -> dict[str, Any]:
-    if observed is None:
-        return {"predicted_bytes": predicted, "observed_bytes": None}
-    return {
-        "predicted_bytes": predicted,
-        "observed_bytes": observed,
-        "difference_bytes": predicted - observed,
-        "difference_pct": round(100 * (predicted - observed) / observed, 2) if observed else None,
-    }
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """Observed minus predicted: ``bytes``, and ``pct`` of observed (None when nothing was
+    observed: no share of zero)."""
+
+    bytes: int
+    pct: float | None
+
+    @property
+    def over(self) -> bool:
+        """The run held more than predicted."""
+        return self.bytes > 0
+
+    def shown(self, unit: Callable[[int], str] | None = None) -> tuple[str, str]:
+        """The difference and its share as written everywhere: ``+375.7 MiB``, ``+94.4%``
+        (``unit``: how a byte figure is written where it stands, :func:`size` by default)."""
+        sign = "+" if self.bytes >= 0 else "-"
+        pct = f"{self.pct:+.1f}%" if self.pct is not None else "n/a"
+        return f"{sign}{(unit or size)(abs(self.bytes))}", pct
+
+
+def difference(observed: int, predicted: int) -> Difference:
+    """Observed minus predicted, in bytes and as a share of observed."""
+    diff = observed - predicted
+    return Difference(diff, 100 * diff / observed if observed else None)
+
+
+def size(n: int | None) -> str:
+    """A byte figure of a run report: MiB under a GiB, GiB above (n/a: not observed)."""
+    if n is None:
+        return "n/a"
+    return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def _diff(peak: PeakCompared) -> dict[str, Any]:
+    d = peak.difference
+    out: dict[str, Any] = {"predicted_bytes": peak.predicted, "observed_bytes": peak.observed}
+    if d is not None:
+        out["difference_bytes"] = d.bytes  # observed - predicted
+        out["difference_pct"] = round(d.pct, 2) if d.pct is not None else None  # of observed
+    return {**out, "step": peak.step, "phase": peak.phase}
+
+
+@dataclass(frozen=True, slots=True)
+class PeakCompared:
+    """One peak (``label``: "allocated" or "device") predicted beside observed."""
+
+    label: str
+    predicted: int
+    observed: int | None  # None: the log holds no such figure
+    step: int | None
+    phase: str | None
+
+    @property
+    def difference(self) -> Difference | None:
+        return difference(self.observed, self.predicted) if self.observed is not None else None
+
+    def where(self) -> str:
+        """``step 2, backward``: where the observed peak was (n/a: none observed)."""
+        if self.step is None:
+            return "n/a"
+        return f"step {self.step}" + (f", {self.phase}" if self.phase else "")
 
 
 @dataclass(frozen=True)
@@ -113,13 +168,33 @@ class RankReport:
         seen = [s for s in self.steps if s.device_peak is not None]
         return max(seen, key=lambda s: s.device_peak or 0) if seen else None
 
-    def to_json(self) -> dict[str, Any]:
+    def compared(self) -> tuple[PeakCompared, PeakCompared]:
+        """The allocated and the device peak, each predicted beside observed."""
         alloc, device = self.allocated_peak, self.device_peak
+        return (
+            PeakCompared(
+                "allocated",
+                self.estimate.allocated_bytes,
+                alloc.allocated_peak if alloc else None,
+                alloc.step if alloc else None,
+                alloc.peak_phase if alloc else None,
+            ),
+            PeakCompared(
+                "device",
+                self.estimate.device_bytes,
+                device.device_peak if device else None,
+                device.step if device else None,
+                device.peak_phase if device else None,
+            ),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        alloc, device = self.compared()
         est = self.estimate
         return {
             "path": str(self.log.path),
             "rank": self.log.rank,
-            "world_size": self.log.run.get("world_size"),
+            "world_size": self.log.world_size,
             "device": self.log.device,
             "peaks": self.log.run.get("peaks"),
             "steps": len(self.steps),
@@ -127,15 +202,11 @@ class RankReport:
             "plan": est.plan.to_dict(),
             "model": est.model.name,
             "allocated": {
-                **_diff(est.allocated_bytes, alloc.allocated_peak if alloc else None),
-                "step": alloc.step if alloc else None,
-                "phase": alloc.peak_phase if alloc else None,
+                **_diff(alloc),
                 "predicted_phase": est.peak_phase,
             },
             "device_peak": {
-                **_diff(est.device_bytes, device.device_peak if device else None),
-                "step": device.step if device else None,
-                "phase": device.peak_phase if device else None,
+                **_diff(device),
                 "device_kind": est.runtime_kind,
             },
             "runtime": {c.name: c.bytes for c in est.components if c.kind == "runtime"},
@@ -151,13 +222,14 @@ class RunReport:
     ranks: tuple[RankReport, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": 1, "ranks": [r.to_json() for r in self.ranks]}
+        # Format 2: differences are observed - predicted (format 1: predicted - observed).
+        return {"format": 2, "ranks": [r.to_json() for r in self.ranks]}
 
 
 def target_of(log: RunLog) -> DeviceTarget | None:
     """The device the run used, as a plan target (None when the log does not give its size)."""
-    total = log.device.get("total_bytes")
-    if not isinstance(total, int) or isinstance(total, bool) or total <= 0:
+    total = log.total_bytes
+    if total is None:
         return None
     name = str(log.device.get("name") or log.device_type)
     if log.device_type == "cuda":

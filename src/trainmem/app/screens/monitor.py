@@ -20,13 +20,16 @@ from trainmem.app.widgets.devices import (
     process_label,
 )
 from trainmem.app.widgets.keybar import KeyBar
+from trainmem.core.text import visible
 from trainmem.core.units import fmt_bytes
 from trainmem.devices.snapshot import DeviceReading, Snapshot
 from trainmem.planner.report import Report
+from trainmem.planner.run_report import difference, size
 
 if TYPE_CHECKING:
     from trainmem.app.app import TrainmemApp
     from trainmem.app.runs import RunSeen
+    from trainmem.planner.run_report import RankReport
 
 
 COLUMNS = (  # width 0: the process column takes what the others leave
@@ -36,7 +39,7 @@ COLUMNS = (  # width 0: the process column takes what the others leave
     ("Used", 8),
     ("Peak", 8),
     ("Peak − plan", 11),
-    ("%", 5),
+    ("% peak", 7),  # observed − predicted as a share of the observed peak: -100.0% at most
 )
 FIXED_COLUMNS = sum(w for _, w in COLUMNS) + 2 * len(COLUMNS) + 3  # cell padding, border, bar
 RUN_FRACTION = 0.5  # a process holding at least half the prediction is taken for the run
@@ -48,19 +51,16 @@ def looks_like_the_run(peak: int | None, predicted: int | None) -> bool:
     return peak is not None and predicted is not None and peak >= RUN_FRACTION * predicted
 
 
-def difference(observed: int, predicted: int) -> tuple[str, str]:
-    """Observed minus predicted, in GB and in % of the prediction, signed."""
-    diff = observed - predicted
-    sign = "+" if diff >= 0 else "−"
-    pct = 100 * abs(diff) / predicted if predicted else 0.0
-    return f"{sign}{abs(diff) / 1e9:.1f} GB", f"{sign}{pct:.0f}%"
+OVER = "bold #e85f5f"  # the run holds more than predicted
 
 
 def compared(observed: int, predicted: int) -> list[str | Text]:
-    """The table's "Peak − plan" and "%" cells, red when the run holds more than predicted."""
-    gb, pct = difference(observed, predicted)
-    style = "bold #e85f5f" if observed > predicted else ""
-    return [Text(gb, style=style), Text(pct, style=style)]
+    """The table's "Peak − plan" and "% peak" cells: observed minus predicted and its share
+    of observed, as `run-report` computes them (planner.run_report.difference), in the
+    table's GB; red when the run holds more than predicted."""
+    d = difference(observed, predicted)
+    style = OVER if d.over else ""
+    return [Text(part, style=style) for part in d.shown(fmt_bytes)]
 
 
 def run_cells(observed: int | None, predicted: int | None) -> list[str | Text]:
@@ -116,7 +116,7 @@ class MonitorScreen(Screen[None]):
         self._update()
 
     def _add_columns(self, table: DataTable[object]) -> None:
-        process = max(12, self.size.width - FIXED_COLUMNS)
+        process = max(10, self.size.width - FIXED_COLUMNS)
         for label, width in COLUMNS:
             table.add_column(label, width=width or process)
 
@@ -152,141 +152,165 @@ class MonitorScreen(Screen[None]):
         snapshot: Snapshot | None = self.app.state.snapshot
         report: Report | None = self.app.state.report
         predicted = report.estimate.device_bytes if report else None
-        plan_line = Text()
+        self._show_plan(report)
+        self._show_runs()
+        self._fill_table(snapshot, predicted)
+        self._show_low_memory(snapshot)
+        self._show_hint(snapshot, predicted)
+        if snapshot is not None:
+            # No plan marker here: the run is already part of what is in use.
+            self.query_one(DevicesPanel).show_snapshot(snapshot, self.app.state.sampler, None)
+
+    def _show_plan(self, report: Report | None) -> None:
+        """The selected plan and its predicted peaks, the figures everything is compared to."""
+        line = Text()
         if report is not None:
             p = report.estimate.plan
-            plan_line.append(f"{self.app.state.workspace.current.name}", style="bold")
-            plan_line.append(f"  {p.model} · {p.method} · {p.seq_len:,} × {p.batch}  predicted ")
-            plan_line.append(f"device peak {fmt_bytes(report.estimate.device_bytes)}", style="bold")
-            plan_line.append(f" (allocated {fmt_bytes(report.estimate.allocated_bytes)})")
+            line.append(visible(self.app.state.workspace.current.name), style="bold")
+            line.append(f"  {visible(p.model)} · {p.method} · {p.seq_len:,} × {p.batch}")
+            line.append("  predicted ")
+            line.append(f"device peak {fmt_bytes(report.estimate.device_bytes)}", style="bold")
+            line.append(f" (allocated {fmt_bytes(report.estimate.allocated_bytes)})")
         else:
-            plan_line.append("No valid plan yet: fill in the plan form (F2).", style="dim")
-        self.query_one("#monitor-plan", Static).update(plan_line)
+            line.append("No valid plan yet: fill in the plan form (F2).", style="dim")
+        self.query_one("#monitor-plan", Static).update(line)
+
+    def _show_runs(self) -> None:
+        """The probe logs tailed (--run-log, l), each against the plan rebuilt from it."""
         runs = self.query_one("#monitor-runs", Static)
         runs.update(runs_text(list(self.app.state.runs.values())))
         runs.display = bool(self.app.state.runs)
 
+    def _fill_table(self, snapshot: Snapshot | None, predicted: int | None) -> None:
+        """A row per process holding GPU memory (or, with no GPU, per training process found
+        by its RSS), its peak against the plan's predicted device peak."""
         table = self.query_one("#monitor-table", DataTable)
         table.clear()
         if not table.columns:
             self._add_columns(table)
-        warning = Text()
-        free_lines = []
-        if snapshot is not None:
-            for d in snapshot.devices:
-                if d.kind == "system" or d.total_bytes is None:
-                    continue
-                free_lines.append(
-                    f"{d.id}: {fmt_bytes(d.free_bytes or 0)} free of {fmt_bytes(d.total_bytes)}"
-                )
-                if low_free(d):
-                    if warning:
-                        warning.append("\n")
-                    warning.append(
-                        f"⚠ LOW FREE MEMORY on {d.id}: {fmt_bytes(d.free_bytes or 0)} free "
-                        f"(under {LOW_FREE_FRACTION:.0%} of {fmt_bytes(d.total_bytes)}); "
-                        "the next allocation may fail with out-of-memory",
-                        style="bold",
-                    )
-                if "/" in d.id and not d.processes and d.used_bytes is not None:
-                    # A cluster GPU (Prometheus): one rank per GPU, its memory is the run's.
-                    used = d.used_bytes
-                    cells_gpu: list[str | Text] = [
-                        d.id,
-                        "",
-                        "GPU memory (from the cluster)",
-                        fmt_bytes(used),
-                        "",
-                        "",
-                        "",
-                    ]
-                    if predicted is not None:
-                        cells_gpu[5:] = compared(used, predicted)
-                    table.add_row(*cells_gpu)
-                for proc in sorted(d.processes, key=lambda p: -(p.used_bytes or 0)):
-                    used, peak = proc.used_bytes, proc.peak_used_bytes or proc.used_bytes
-                    cells: list[str | Text] = [
-                        d.id,
-                        str(proc.pid),
-                        process_label(proc),
-                        fmt_bytes(used) if used is not None else "?",
-                        fmt_bytes(peak) if peak is not None else "?",
-                    ]
-                    table.add_row(*cells, *run_cells(peak, predicted))
-        has_gpus = snapshot is not None and any(d.kind == "gpu" for d in snapshot.devices)
-        if not has_gpus:
-            for proc in self.app.state.processes:
-                cells = [
-                    "RAM",
-                    str(proc.pid),
-                    f"{proc.name} ({proc.why})",
-                    fmt_bytes(proc.rss_bytes),
+        for d in snapshot.devices if snapshot is not None else ():
+            if d.kind == "system" or d.total_bytes is None:
+                continue
+            if "/" in d.id and not d.processes and d.used_bytes is not None:
+                # A cluster GPU (Prometheus): one rank per GPU, its memory is the run's.
+                cells: list[str | Text] = [
+                    Text(visible(d.id)),
+                    "",
+                    "GPU memory (from the cluster)",
+                    fmt_bytes(d.used_bytes),
                     "",
                 ]
-                table.add_row(*cells, *run_cells(proc.rss_bytes, predicted))
+                tail = compared(d.used_bytes, predicted) if predicted is not None else ["", ""]
+                table.add_row(*cells, *tail)
+            for proc in sorted(d.processes, key=lambda p: -(p.used_bytes or 0)):
+                used, peak = proc.used_bytes, proc.peak_used_bytes or proc.used_bytes
+                cells = [
+                    Text(visible(d.id)),
+                    str(proc.pid),
+                    Text(process_label(proc)),
+                    fmt_bytes(used) if used is not None else "?",
+                    fmt_bytes(peak) if peak is not None else "?",
+                ]
+                table.add_row(*cells, *run_cells(peak, predicted))
+        if snapshot is None or not any(d.kind == "gpu" for d in snapshot.devices):
+            for found in self.app.state.processes:
+                label = Text(visible(f"{found.name} ({found.why})"))
+                cells = ["RAM", str(found.pid), label, fmt_bytes(found.rss_bytes), ""]
+                table.add_row(*cells, *run_cells(found.rss_bytes, predicted))
         if table.row_count == 0:
             table.add_row("", "", Text("no training process found", style="dim"), *[""] * 4)
+
+    def _show_low_memory(self, snapshot: Snapshot | None) -> None:
+        """A bold warning for each GPU under LOW_FREE_FRACTION free: the next allocation
+        there may fail."""
+        warning = Text()
+        for d in snapshot.devices if snapshot is not None else ():
+            if d.kind == "system" or d.total_bytes is None or not low_free(d):
+                continue
+            if warning:
+                warning.append("\n")
+            warning.append(
+                f"⚠ LOW FREE MEMORY on {visible(d.id)}: {fmt_bytes(d.free_bytes or 0)} free "
+                f"(under {LOW_FREE_FRACTION:.0%} of {fmt_bytes(d.total_bytes)}); "
+                "the next allocation may fail with out-of-memory",
+                style="bold",
+            )
         warn = self.query_one("#monitor-warning", Static)
         warn.update(warning)
         warn.display = bool(warning)
+
+    def _show_hint(self, snapshot: Snapshot | None, predicted: int | None) -> None:
+        """Free memory per GPU, the one closest to running out, and what is compared."""
+        gpus = [
+            d
+            for d in (snapshot.devices if snapshot is not None else ())
+            if d.kind != "system" and d.total_bytes is not None
+        ]
+        free = [
+            f"{visible(d.id)}: {fmt_bytes(d.free_bytes or 0)} free of {fmt_bytes(d.total_bytes)}"
+            for d in gpus
+            if d.total_bytes is not None
+        ]
         hint = (
-            "  ·  ".join(free_lines)
-            if free_lines
+            "  ·  ".join(free)
+            if free
             else "No GPU found: Python processes with torch loaded (or a large RSS) are "
             "compared by their resident memory."
         )
         closest = closest_to_full(snapshot.devices) if snapshot is not None else None
-        if closest is not None and len(free_lines) > 1:
+        if closest is not None and len(free) > 1:
             hint = (
-                f"Closest to running out: {closest.id} "
+                f"Closest to running out: {visible(closest.id)} "
                 f"({fmt_bytes(closest.free_bytes or 0)} free of "
                 f"{fmt_bytes(closest.total_bytes or 0)})\n" + hint
             )
         if predicted is not None:
             hint += (
                 f"\nProcesses holding at least {RUN_FRACTION:.0%} of the prediction are "
-                "compared with it; peaks are since start (r resets them)."
+                "compared with it (observed − predicted, as a share of observed); peaks are "
+                "since start (r resets them)."
             )
-        self.query_one("#monitor-free", Static).update(hint)
-        if snapshot is not None:
-            # No plan marker here: the run is already part of what is in use.
-            self.query_one(DevicesPanel).show_snapshot(snapshot, self.app.state.sampler, None)
+        self.query_one("#monitor-free", Static).update(Text(hint))
 
 
 def runs_text(runs: Sequence[RunSeen]) -> Text:
-    """One block per probe log: observed peaks against the plan rebuilt from the run."""
+    """One block per probe log (a block per rank of a base path): observed peaks against the
+    plan rebuilt from the run, with the figures and signs `run-report` prints. Text from the
+    log is shown through core.text.visible, in Text objects (no markup is parsed)."""
     text = Text()
     for seen in runs:
         if text:
             text.append("\n")
-        text.append(f"{seen.path.name}: ", style="bold")
-        if seen.report is None:
-            text.append(seen.error or "", style="dim")
+        if not seen.reports:
+            text.append(f"{visible(seen.path.name)}: ", style="bold")
+            text.append(visible(seen.error or ""), style="dim")
             continue
-        r = seen.report
-        est, alloc, device = r.estimate, r.allocated_peak, r.device_peak
-        p = est.plan
-        text.append(
-            f"rank {r.log.rank}, {len(r.steps):,} steps{' (ended)' if r.log.ended else ''}; "
-            f"run's plan {p.model} · {p.method} · {p.seq_len:,} × {p.batch}\n"
-        )
-        for label, seen_peak, observed, predicted in (
-            ("allocated", alloc, alloc.allocated_peak if alloc else None, est.allocated_bytes),
-            ("device", device, device.device_peak if device else None, est.device_bytes),
-        ):
-            text.append(f"  {label} peak predicted {fmt_bytes(predicted)}, observed ")
-            if observed is None or seen_peak is None:
-                text.append("—", style="dim")
-            else:
-                gb, pct = difference(observed, predicted)
-                text.append(f"{fmt_bytes(observed)} ")
-                style = "bold #e85f5f" if observed > predicted else ""
-                text.append(f"({gb}, {pct})", style=style)
-                where = f" at step {seen_peak.step}"
-                if seen_peak.peak_phase:
-                    where += f", {seen_peak.peak_phase}"
-                text.append(where)
-            text.append("\n")
-        for warning in r.warnings:
-            text.append(f"  ⚠ {warning}\n", style="bold")
+        for r in seen.reports:
+            _rank_block(text, r)
+        if seen.error:  # a rank file not readable (yet) beside the others
+            text.append(f"  {visible(seen.error)}\n", style="dim")
+        if seen.warning:
+            text.append(f"  ⚠ {visible(seen.warning)}\n", style="bold")
     return text
+
+
+def _rank_block(text: Text, r: RankReport) -> None:
+    p = r.estimate.plan
+    text.append(f"{visible(r.log.path.name)}: ", style="bold")
+    text.append(
+        f"rank {r.log.rank}, {len(r.steps):,} steps{' (ended)' if r.log.ended else ''}; "
+        f"run's plan {visible(p.model)} · {p.method} · {p.seq_len:,} × {p.batch}\n"
+    )
+    for peak in r.compared():
+        text.append(f"  {peak.label} peak predicted {size(peak.predicted)}, observed ")
+        d = peak.difference
+        if d is None or peak.observed is None:
+            text.append("—", style="dim")
+        else:
+            shown, pct = d.shown()
+            text.append(f"{size(peak.observed)} ")
+            text.append(f"({shown}, {pct})", style=OVER if d.over else "")
+            text.append(f" at {peak.where()}")
+        text.append("\n")
+    for warning in r.warnings:
+        text.append(f"  ⚠ {visible(warning)}\n", style="bold")
