@@ -292,3 +292,10 @@ def test_loading_keeps_the_good_gpus_of_a_partly_broken_file():
     assert load_calibrations_or_warn()[0] == {}
     with pytest.raises(CalibrationFileError):
         load_calibrations()
+
+
+def test_the_device_row_names_an_mps_device(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    path = write_log(tmp_path / "mps.jsonl", run_record(device="mps"), [step_record(1)])
+    assert main(["run-report", str(path)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("device "))
+    assert row.split(None, 1)[1] == "Apple MPS"

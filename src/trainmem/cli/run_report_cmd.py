@@ -92,7 +92,7 @@ def render(report: RunReport) -> str:
     rows: list[tuple[str, list[str]]] = [
         ("log", [str(r.log.path) for r in ranks]),
         ("rank", [f"{r.log.rank} of {r.log.world_size}" for r in ranks]),
-        ("device", [r.log.gpu_name or r.log.device_type for r in ranks]),
+        ("device", [r.log.device_name for r in ranks]),
         (
             "steps",
             [f"{len(r.steps)}{'' if r.log.ended else ' (running or stopped)'}" for r in ranks],

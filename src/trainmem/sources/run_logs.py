@@ -162,6 +162,12 @@ class RunLog:
         return kind if kind in ("cuda", "mps", "cpu") else "cpu"
 
     @property
+    def device_name(self) -> str:
+        """The device's name as the log gives it (raw, bounded), else its type."""
+        name = self.device.get("name")
+        return name[:MAX_NAME] if isinstance(name, str) and name.strip() else self.device_type
+
+    @property
     def gpu_name(self) -> str | None:
         """The GPU's name as the log gives it (raw: shown through core.text.visible, and
         refused as a calibration key when it holds control characters)."""

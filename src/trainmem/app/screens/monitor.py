@@ -134,7 +134,8 @@ class MonitorScreen(Screen[None]):
                 self.app.watch_run_log(text)
                 self.notify(f"Tailing {text}", timeout=3)
 
-        self.app.push_screen(PromptScreen("Tail the run log", "trainmem-run.rank0.jsonl"), chosen)
+        # The probe's default base path: it finds every rank's file (trainmem-run.rank0.jsonl...).
+        self.app.push_screen(PromptScreen("Tail the run log", "trainmem-run.jsonl"), chosen)
 
     def action_plan_from_run(self) -> None:
         """Open the plan rebuilt from the first readable run log, editable like any plan."""
