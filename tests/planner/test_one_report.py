@@ -133,3 +133,14 @@ def test_a_plan_is_checked_once():
     with pytest.raises(ValueError):
         changed.validated()  # a new plan is checked again
     assert "_checked" not in plan.to_dict()
+
+
+def test_a_bad_entry_costs_only_its_own_gpu(capsys, calibrated):
+    doc = json.loads(calibration_path().read_text())
+    doc["gpus"]["Some GPU"] = {"context_bytes": -1, "reserve_fraction": 0.1, "run": "r"}
+    calibration_path().write_text(json.dumps(doc))
+    assert main(["plan", *FLAGS, "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert "calibrated from run.rank0.jsonl" in out["fit"][0]["runtime_figures"]
+    assert captured.err.count("\n") == 1 and "'Some GPU'" in captured.err

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from trainmem.core.calibration import Calibration
 from trainmem.core.runtime import RuntimeFigures, built_in_figures
 from trainmem.core.target import DeviceTarget
 from trainmem.core.text import visible
 from trainmem.devices.presets import resolve_preset
-from trainmem.sources.calibration import implausible
-from trainmem.sources.files import show
-from trainmem.sources.run_logs import RunLog
+
+if TYPE_CHECKING:  # every report imports figures_for: the log and file readers load on use
+    from trainmem.sources.run_logs import RunLog
 
 
 class CalibrationError(ValueError):
@@ -36,6 +37,9 @@ def measure(log: RunLog) -> tuple[Calibration, str]:
     """This log's calibration and how its context was read ("nvml" or "device free memory");
     CalibrationError when it cannot be right (trainmem.sources.calibration.implausible: the
     physical bounds, checked against this run's device size)."""
+    from trainmem.sources.calibration import implausible
+    from trainmem.sources.files import show
+
     where = f"run log {visible(show(log.path))}"
     if log.device_type != "cuda" or not log.gpu_name:
         raise CalibrationError(f"{where} is from a {log.device_type} run: calibration is for CUDA")
@@ -112,11 +116,9 @@ def figures_for(target: DeviceTarget, calibrations: Mapping[str, Calibration]) -
 
 def machine_calibrations() -> tuple[dict[str, Calibration], str | None]:
     """This machine's calibrations (`trainmem-tui calibrate`), and a one-line warning when
-    the file cannot be used: it is then judged as absent (the built-in figures), so a broken
-    or implausible file never stops a plan, and it is left as it is for the user to fix."""
-    from trainmem.sources.calibration import CalibrationFileError, load_calibrations
+    some cannot be used: a broken file counts as absent and a broken or implausible entry as
+    missing for its GPU alone (the built-in figures), so a bad file never stops a plan; it is
+    left as it is for the user to fix."""
+    from trainmem.sources.calibration import load_calibrations_or_warn
 
-    try:
-        return load_calibrations(), None
-    except CalibrationFileError as exc:
-        return {}, f"{exc}; the built-in runtime figures are used"
+    return load_calibrations_or_warn()
