@@ -24,3 +24,23 @@ def plain(widget: Any) -> str:
     with console.capture() as capture:
         console.print(renderable)
     return capture.get()
+
+
+def screen_lines(app: App[Any]) -> list[str]:
+    """The terminal's text as the user sees it: one string per row, styles dropped (the
+    same render ``App.export_screenshot`` records, exported as text)."""
+    width, height = app.size
+    console = Console(
+        width=width,
+        height=height,
+        file=io.StringIO(),
+        force_terminal=True,
+        color_system="truecolor",
+        record=True,
+        legacy_windows=False,
+        safe_box=False,
+    )
+    console.print(
+        app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
+    )
+    return console.export_text(styles=False).splitlines()

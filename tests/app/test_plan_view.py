@@ -106,7 +106,7 @@ async def test_whatif_and_advice_follow_the_report(demo_app: Callable[..., Train
         plan = Plan()
         want = build_report(plan, resolve_model(plan.model), plan_targets("auto", demo_snapshot()))
         whatif = plain(app.screen.query_one("#whatif", Static))
-        assert f"{want.what_if.max_seq_len:,} tokens" in whatif
+        assert f"longest sequence {want.what_if.seq_len_text()} " in whatif
         advice = app.screen.query_one("#advice", Static)
         assert advice.display  # 26.6 GB does not fit a 4090
         assert want.advice[0].action in plain(advice)

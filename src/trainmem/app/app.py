@@ -15,7 +15,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.reactive import var
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.worker import Worker, WorkerState
 
 from trainmem.app.config_watch import WatchedConfig, is_training_config
@@ -90,20 +90,70 @@ class TrainmemApp(App[None]):
         "monitor": lambda: _screen("monitor", "MonitorScreen"),
     }
     DEFAULT_MODE = "plan"
+    # Every binding has an id, so a keymap file can rebind it (trainmem.app.keymap). These
+    # are priority bindings: the App runs them as each key arrives, so a key typed after
+    # Tab or F3 lands where Tab or F3 took it (see trainmem.app.widgets.keys).
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("f1", "help", "Help", tooltip="List every key"),
-        Binding("f2", "switch_mode('plan')", "Plan", tooltip="The plan form and its estimate"),
-        Binding("f3", "switch_mode('compare')", "Compare", tooltip="Plans side by side"),
-        Binding("f4", "switch_mode('monitor')", "Monitor", tooltip="Running processes vs plan"),
-        Binding("ctrl+s", "save", "Save", tooltip="Save the plans to a TOML file"),
+        Binding("f1", "help", "Help", tooltip="List every key", id="app.help", priority=True),
+        Binding(
+            "f2",
+            "switch_mode('plan')",
+            "Plan",
+            tooltip="The plan form and its estimate",
+            id="app.plan",
+            priority=True,
+        ),
+        Binding(
+            "f3",
+            "switch_mode('compare')",
+            "Compare",
+            tooltip="Plans side by side",
+            id="app.compare",
+            priority=True,
+        ),
+        Binding(
+            "f4",
+            "switch_mode('monitor')",
+            "Monitor",
+            tooltip="Running processes vs plan",
+            id="app.monitor",
+            priority=True,
+        ),
+        Binding(
+            "ctrl+s",
+            "save",
+            "Save",
+            tooltip="Save the plans to a TOML file",
+            id="app.save",
+            priority=True,
+        ),
         Binding(
             "ctrl+o",
             "open",
             "Open",
             tooltip="Load plans from a TOML file, or a plan from a training config (watched)",
+            id="app.open",
+            priority=True,
         ),
-        Binding("ctrl+q", "quit", "Quit", tooltip="Quit (the open plans are kept for next time)"),
+        Binding(
+            "ctrl+q",
+            "quit",
+            "Quit",
+            tooltip="Quit (the open plans are kept for next time)",
+            id="app.quit",
+            priority=True,
+        ),
+        Binding("tab", "focus_next", show=False, id="app.focus_next", priority=True),
+        Binding("shift+tab", "focus_previous", show=False, id="app.focus_previous", priority=True),
     ]
+    # The keys the key bar always shows, whatever else it has room for.
+    MAIN_KEYS: ClassVar[tuple[str, ...]] = (
+        "app.help",
+        "app.plan",
+        "app.compare",
+        "app.monitor",
+        "app.quit",
+    )
 
     # Counters that tell the screens a part of ``state`` changed. ``var``, not ``reactive``:
     # a change notifies the watchers and repaints nothing by itself; a ``reactive`` on the
@@ -250,10 +300,20 @@ class TrainmemApp(App[None]):
 
     # The dialogs are imported when first opened, like the compare and monitor views.
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """In a dialog (a prompt, the palette, the key list) the keys that would leave it or
+        open another (F2-F4, Save, Open) do nothing: they reach the dialog as before."""
+        if action in ("switch_mode", "save", "open"):
+            return not isinstance(self.screen, ModalScreen)
+        return True
+
     def action_help(self) -> None:
+        """F1 opens the list of keys, and closes it again."""
         from trainmem.app.screens.help import HelpScreen
 
-        if not isinstance(self.screen, HelpScreen):
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss()
+        else:
             self.push_screen(HelpScreen())
 
     def action_save(self) -> None:

@@ -40,15 +40,57 @@ SIDE_BY_SIDE = 12  # plans in the components table: wider is unreadable
 class CompareScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         # Enter works too (the table's row selection); "e" is what the key bar can show.
-        Binding("e", "edit", "Edit", tooltip="Edit the highlighted plan in the plan view"),
-        Binding("a", "add", "Add", tooltip="Add a plan with the default settings"),
-        Binding("d", "duplicate", "Duplicate", tooltip="Duplicate the highlighted plan"),
-        Binding("r", "rename", "Rename", tooltip="Rename the highlighted plan"),
-        Binding("delete,x", "delete", "Delete", tooltip="Delete the highlighted plan"),
-        Binding("m", "export('md')", "Markdown", tooltip="Export the comparison as Markdown"),
-        Binding("j", "export('json')", "JSON", tooltip="Export the comparison as JSON"),
-        Binding("[", "page(-1)", "Prev page", tooltip=f"The previous {PAGE} plans"),
-        Binding("]", "page(1)", "Next page", tooltip=f"The next {PAGE} plans"),
+        Binding(
+            "e",
+            "edit",
+            "Edit",
+            tooltip="Edit the highlighted plan in the plan view",
+            id="compare.edit",
+        ),
+        Binding(
+            "a", "add", "Add", tooltip="Add a plan with the default settings", id="compare.add"
+        ),
+        Binding(
+            "d",
+            "duplicate",
+            "Duplicate",
+            tooltip="Duplicate the highlighted plan",
+            id="compare.duplicate",
+        ),
+        Binding(
+            "r", "rename", "Rename", tooltip="Rename the highlighted plan", id="compare.rename"
+        ),
+        Binding(
+            "delete,x",
+            "delete",
+            "Delete",
+            tooltip="Delete the highlighted plan",
+            id="compare.delete",
+        ),
+        Binding(
+            "m",
+            "export('md')",
+            "Markdown",
+            tooltip="Export the comparison as Markdown",
+            id="compare.markdown",
+        ),
+        Binding(
+            "j",
+            "export('json')",
+            "JSON",
+            tooltip="Export the comparison as JSON",
+            id="compare.json",
+        ),
+        Binding(
+            "[",
+            "page(-1)",
+            "Prev page",
+            tooltip=f"The previous {PAGE} plans",
+            id="compare.prev_page",
+        ),
+        Binding(
+            "]", "page(1)", "Next page", tooltip=f"The next {PAGE} plans", id="compare.next_page"
+        ),
     ]
 
     app: TrainmemApp

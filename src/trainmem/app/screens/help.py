@@ -25,7 +25,9 @@ INTRO = (
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,f1,q", "dismiss", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q", "dismiss", "Close", id="help.close")
+    ]
 
     def compose(self) -> ComposeResult:
         from trainmem.app.screens.compare import CompareScreen

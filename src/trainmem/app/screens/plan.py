@@ -43,15 +43,56 @@ def _model_commands() -> type[Provider]:
 
 
 class PlanScreen(Screen[None]):
+    # Priority bindings, with ids for the keymap file: see TrainmemApp.BINDINGS.
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+n", "copy_plan", "Copy", tooltip="Add a copy of this plan and edit it"),
-        Binding("f5", "cycle_plan(-1)", "Prev", tooltip="Edit the previous plan"),
-        Binding("f6", "cycle_plan(1)", "Next", tooltip="Edit the next plan"),
-        Binding("ctrl+r", "reset_plan", "Reset", tooltip="Reset this plan to the defaults"),
         Binding(
-            "ctrl+l", "pick_model", "Models", tooltip="Pick a model from the catalogue or cache"
+            "ctrl+n",
+            "copy_plan",
+            "Copy",
+            tooltip="Add a copy of this plan and edit it",
+            id="plan.copy",
+            priority=True,
         ),
-        Binding("f7", "jump_devices", "Devices", tooltip="Jump to the device panes, and back"),
+        Binding(
+            "f5",
+            "cycle_plan(-1)",
+            "Prev",
+            tooltip="Edit the previous plan",
+            id="plan.prev",
+            priority=True,
+        ),
+        Binding(
+            "f6",
+            "cycle_plan(1)",
+            "Next",
+            tooltip="Edit the next plan",
+            id="plan.next",
+            priority=True,
+        ),
+        Binding(
+            "ctrl+r",
+            "reset_plan",
+            "Reset",
+            tooltip="Reset this plan to the defaults",
+            id="plan.reset",
+            priority=True,
+        ),
+        Binding(
+            "ctrl+l",
+            "pick_model",
+            "Models",
+            tooltip="Pick a model from the catalogue or cache",
+            id="plan.models",
+            priority=True,
+        ),
+        Binding(
+            "f7",
+            "jump_devices",
+            "Devices",
+            tooltip="Jump to the device panes, and back",
+            id="plan.devices",
+            priority=True,
+        ),
     ]
 
     COMMANDS: ClassVar[set[type[Provider] | Callable[[], type[Provider]]]] = {_model_commands}

@@ -12,7 +12,9 @@ from textual.widgets import Input, Label
 
 
 class PromptScreen(ModalScreen[str | None]):
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", id="prompt.cancel")
+    ]
 
     def __init__(self, question: str, value: str = "") -> None:
         super().__init__()

@@ -17,6 +17,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from trainmem.app.widgets.keys import run_own_binding
+
 
 class Choice(Widget, can_focus=True):
     DEFAULT_CSS = """
@@ -71,6 +73,11 @@ class Choice(Widget, can_focus=True):
 
     def action_step(self, step: int) -> None:
         self.value = self.options[(self._index() + step) % len(self.options)][1]
+
+    async def _on_key(self, event: events.Key) -> None:
+        # ←/→/space run here, in typing order (see app.widgets.keys).
+        if not await run_own_binding(self, event):
+            await super()._on_key(event)
 
     def on_click(self, event: events.Click) -> None:
         # The left arrow steps back, anywhere else steps on.

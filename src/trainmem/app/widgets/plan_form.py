@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.message import Message
@@ -18,6 +19,7 @@ from textual.suggester import Suggester
 from textual.widgets import Collapsible, Input, Static
 
 from trainmem.app.widgets.choice import Choice
+from trainmem.app.widgets.keys import run_own_binding
 from trainmem.core.fields import FieldSpec
 from trainmem.core.plan import GPUS, PLAN_FIELDS, STACK, Plan
 
@@ -71,6 +73,11 @@ class FieldInput(Input):
             select_on_focus=False,
             classes="-textual-compact -valid",
         )
+
+    async def _on_key(self, event: events.Key) -> None:
+        # Backspace, the arrows, ctrl+u...: run here, in typing order (see app.widgets.keys).
+        if not await run_own_binding(self, event):
+            await super()._on_key(event)
 
 
 class PlanForm(VerticalScroll, can_focus=False):
