@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Sequence
 
-SUBCOMMANDS = ("plan", "devices", "run-report", "calibrate")
+SUBCOMMANDS = ("plan", "devices", "run-report", "calibrate", "replay")
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl+C
 PIPE_CLOSED = 141  # 128 + SIGPIPE
 
