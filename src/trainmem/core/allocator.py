@@ -771,9 +771,12 @@ def simulate(
     capacity: int | None = None,
     config: AllocatorConfig = DEFAULT,
     device_total: int | None = None,
+    peak_segments: bool = True,
 ) -> Simulation:
     """Run ``events`` through a fresh allocator. Stops at the first allocation that fails, as
-    the training step would; ValueError (one line) for an event that cannot happen."""
+    the training step would; ValueError (one line) for an event that cannot happen.
+    ``peak_segments=False`` skips listing the segments at the peak (a second run of the events
+    up to it): for searches that need only the peaks."""
     events = list(events)
     allocator = CachingAllocator(capacity, config, device_total)
     reserved: list[int] = []
@@ -786,7 +789,9 @@ def simulate(
     peak_event = max(at_peak, key=lambda i: (allocated[i], -i)) if at_peak else allocator.peak_event
     # A second, shorter run stops at the peak moment to list its segments: copying them at
     # every new peak would cost more than running the prefix again.
-    if peak_event == len(reserved) - 1 and oom is None:
+    if not peak_segments:
+        segments_at_peak: tuple[Segment, ...] = ()
+    elif peak_event == len(reserved) - 1 and oom is None:
         segments_at_peak = allocator.segments()
     elif peak_event >= 0:
         again = CachingAllocator(capacity, config, device_total)
