@@ -196,6 +196,20 @@ def describe_machine() -> str:
     )
 
 
+def commit() -> str:
+    """The commit measured, and whether src/ differs from it."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    dirty = (
+        " (with uncommitted changes to src/)" if git("status", "--porcelain", "--", "src") else ""
+    )
+    return (git("log", "-1", "--format=%h %s")[:100] or "unknown") + dirty
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="start-ups per app (median)")
@@ -259,7 +273,8 @@ def main() -> int:
     ]
     lines = [
         "trainmem-tui dashboard vs a bare Textual app (hello + 1 Hz timer), same run",
-        f"machine: {describe_machine()}",
+        f"machine: {describe_machine()}, nproc {len(os.sched_getaffinity(0))}",
+        f"commit: {commit()}",
         f"terminal: pty {COLS}x{ROWS}, TERM=xterm-256color; {args.runs} start-ups each, "
         f"{args.presses} keystrokes each",
         "reproduce: .venv/bin/python bench/app_bench.py --out bench/results/app_bench.txt",

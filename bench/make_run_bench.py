@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from app_bench import COLS, ROWS, Pty, describe_machine
+from app_bench import COLS, ROWS, Pty, commit, describe_machine
 
 ROOT = Path(__file__).resolve().parent.parent
 READY = b"Estimate"  # in the dashboard's first frame
@@ -38,16 +38,6 @@ def first_frame(argv: list[str], env: dict[str, str]) -> float:
         return pty.wait_for(READY, timeout=120.0)
     finally:
         pty.close()
-
-
-def commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--", "src") else ""
-    return (git("log", "-1", "--format=%h %s")[:100] or "unknown") + dirty
 
 
 def main() -> int:

@@ -33,6 +33,7 @@ covered() {
 if [ -z "${FORCE_INSTALL:-}" ] && covered; then
     exit 0
 fi
+echo "installing into .venv${extras:+ with [$extras]} (new checkout, or pyproject.toml changed)" >&2
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 [ $# -eq 0 ] || "${pip[@]}" "$@"
 "${pip[@]}" -e ".${extras:+[$extras]}"
