@@ -32,6 +32,7 @@ from trainmem.app.messages import (
 )
 from trainmem.app.runs import ProcessPoller, RunLogPoller
 from trainmem.app.screens.plan import PlanScreen
+from trainmem.app.session import SessionFile
 from trainmem.app.state import DashboardState
 from trainmem.planner.report import Report
 from trainmem.sources.paths import session_path
@@ -193,6 +194,9 @@ class TrainmemApp(App[None]):
             plan_set, plans_path, {p.resolve() for p in broken_paths}, calibrations
         )
         self.state.sampler = _NoSampler()
+        # The session file as found now: saving at exit merges what another dashboard on the
+        # same state directory saved after this point.
+        self.session = SessionFile(session_path(), plan_set.plans if plan_set else ())
         self.interval = interval
         self._sampler_factory = sampler_factory
         self._startup_messages = list(startup_messages)
@@ -373,7 +377,9 @@ class TrainmemApp(App[None]):
         plans = opened.plan_set.plans + kept
         selected = len(opened.plan_set.plans) if kept else opened.plan_set.selected
         ws.replace_all(PlanSet(plans, selected))
-        if not message.session:
+        if message.session:
+            self.session.read_too(opened.plan_set.plans)
+        else:
             self.state.plans_path = path
         self.plans_changed()
         self.notify(f"Opened {len(opened.plan_set.plans):,} plans from {path}", timeout=4)
@@ -525,16 +531,20 @@ class TrainmemApp(App[None]):
             shown = "; ".join(message.unmodelled)
             self.notify(f"not in the estimate (not modelled): {shown}", severity="warning")
 
-    def save_session(self) -> str | None:
-        """Keep the open plans for the next start; returns an error message or None."""
-        path = session_path()
+    def save_session(self) -> list[str]:
+        """Keep the open plans for the next start, merged with what another dashboard on the
+        same state directory saved meanwhile (trainmem.app.session); returns what to tell
+        the user (nothing when all went well)."""
+        path = self.session.path
         if path.resolve() in self.state.broken_paths:
-            return f"{path} was unreadable at start; left as it was"
+            return [
+                f"could not keep the open plans: {path} was unreadable at start; left as it was"
+            ]
         try:
-            save_plans(path, self.state.workspace.to_plan_set())
+            _written, note = self.session.save(self.state.workspace.to_plan_set())
         except PlansFileError as exc:
-            return str(exc)
-        return None
+            return [f"could not keep the open plans: {exc}"]
+        return [note] if note else []
 
     # -- command palette ---------------------------------------------------------------------
 

@@ -77,6 +77,14 @@ class Workspace:
         self._rename_auto()
         return self.selected
 
+    def append(self, named: NamedPlan) -> None:
+        """Add a plan saved elsewhere (another dashboard's), its own name made unique; the
+        selection stays."""
+        if not named.auto:
+            named = replace(named, name=self._unique(named.name))
+        self.plans.append(named)
+        self._rename_auto()
+
     def duplicate(self, index: int) -> int:
         """A copy after ``index``; a user-named plan's copy is "name (2)", an auto-named
         one's stays auto (it is named by what the user then changes)."""

@@ -199,9 +199,8 @@ def run(argv: list[str]) -> int:
     )
 
     def save() -> None:
-        error = app.save_session()
-        if error:
-            sys.stderr.write(f"{PROG}: could not keep the open plans: {error}\n")
+        for line in app.save_session():  # an error, or plans merged from another dashboard
+            sys.stderr.write(f"{PROG}: {line}\n")
 
     guard.save = save
     guard.request_exit = lambda: app.call_from_thread(app.exit)
