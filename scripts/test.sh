@@ -10,10 +10,14 @@ cd "$(dirname "$0")/.."
 # skips them for a quick run; CI installs them.
 if [ -z "${TRAINMEM_NO_TORCH:-}" ]; then
     ./scripts/install.sh test,torch-tests torch==2.13.0
+    mypy_flags=""
 else
     ./scripts/install.sh test
+    # Without torch and transformers the probe's imports of them cannot be type-checked (and
+    # TrainerCallback is Any); the full run, which CI does, checks them strictly.
+    mypy_flags="--ignore-missing-imports --allow-subclassing-any"
 fi
 .venv/bin/ruff format --check src tests bench scripts
 .venv/bin/ruff check src tests bench scripts
-.venv/bin/mypy
+.venv/bin/mypy $mypy_flags
 .venv/bin/python -m pytest "$@"
