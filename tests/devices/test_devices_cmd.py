@@ -522,3 +522,25 @@ def test_log_is_fsynced_on_stop(
     else:
         assert err == ""
     assert len(log.read_text().splitlines()) == 2
+
+
+def test_table_shows_hostile_process_and_device_names_visibly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A process's command line and user come from the OS, a GPU's name from the driver:
+    rich markup in them is shown as typed and escapes as \\xNN, never acted on."""
+    from trainmem.devices.fakes import FakeProcess
+
+    gpu = FakeGpu(name="H100 [/]", processes=[FakeProcess(pid=4242, used_bytes=2**30)])
+    hostile = FakeProc(
+        name="[bold]py", username="[/]\x1b[2J", cmdline=("python", "\x1b]0;pwned\x07", "[/x]")
+    )
+    nvml = NvmlReader(module=FakeNvml([gpu]), register_atexit=False)
+    ps = FakePsutil(processes={4242: hostile})
+    fake = functools.partial(Sampler, nvml=nvml, system=SystemReader(ps), apple=False)
+    monkeypatch.setattr(devices_cmd, "Sampler", fake)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert run(["devices"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "H100 [/]" in out and "[bold]py" in out and "\\x1b]0;pwned\\x07" in out

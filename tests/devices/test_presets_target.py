@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -230,3 +231,97 @@ def test_auto_mixed_with_presets() -> None:
         "auto,T4", nvml=nvml, system=SystemReader(FakePsutil()), apple=False
     )
     assert [t.name for t in targets] == ["gpu0 x", "T4"]
+
+
+# -- bare model numbers, "did you mean", --presets ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("number", "preset"),
+    [("4090", "RTX-4090"), ("3090", "RTX-3090"), ("5090", "RTX-5090"), ("3060", "RTX-3060")],
+)
+def test_bare_model_numbers_are_presets(number: str, preset: str) -> None:
+    (target,) = parse_device_spec(number)
+    assert target == resolve_preset(preset)
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("a100", "unknown device 'a100'; did you mean A100-40GB or A100-80GB?"),
+        (
+            "4060",
+            "'4060' is no preset and needs a unit to be a size (e.g. 4060GB or 4060GiB); "
+            "did you mean RTX-4060-Ti-16GB?",
+        ),
+        ("rtx4900", "did you mean RTX-4090, RTX-4080 or RTX-4070?"),
+        ("h100 40gb", "did you mean H100-80GB"),
+        ("24", "'24' is no preset and needs a unit to be a size (e.g. 24GB or 24GiB)"),
+        ("1" * 500, "is no preset and needs a unit to be a size (e.g. 24GB or 24GiB)"),
+    ],
+)
+def test_a_miss_says_what_was_meant(spec: str, words: str) -> None:
+    with pytest.raises(ValueError) as err:
+        parse_device_spec(spec)
+    text = str(err.value)
+    assert words in text and "\n" not in text and len(text) < 300
+    if "did you mean" in text:
+        assert text.endswith("(trainmem-tui devices --presets lists them)")
+
+
+def test_suggestions_are_presets_and_bounded() -> None:
+    from trainmem.devices.presets import suggest_presets
+
+    names = {t.name for t in list_presets()}
+    for typed in ("a100", "4060", "rtx4900", "mac-20GB", "l4o", "h20"):
+        found = suggest_presets(typed)
+        assert found and set(found) <= names and len(found) <= 4, typed
+    assert suggest_presets("banana") == [] and suggest_presets("x" * 10_000) == []
+
+
+def test_too_many_devices_in_one_spec() -> None:
+    with pytest.raises(ValueError, match="more than 64 devices"):
+        parse_device_spec(",".join(["T4"] * 100_000))
+
+
+def test_hostile_device_text_is_shown_escaped() -> None:
+    with pytest.raises(ValueError) as err:
+        parse_device_spec("\x1b]0;title\x07")
+    assert "\x1b" not in str(err.value) and "\\x1b" in str(err.value)
+
+
+def test_plan_reads_a_bare_model_number_through_the_same_parser() -> None:
+    code = (
+        "import sys; from trainmem.cli.main import main; "
+        "sys.exit(main(['plan', '--model', '1.5B', '--method', 'qlora', '--device', '4090', "
+        "'--json']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "RTX-4090" in out.stdout
+
+
+def test_presets_are_listed_with_sizes() -> None:
+    code = "import sys; from trainmem.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    out = subprocess.run(
+        [sys.executable, "-c", code, "devices", "--presets"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:] if line}
+    assert rows["RTX-4090"][1:5] == ["gpu", "25.8", "GB", "24.0"]
+    assert "4090" in rows["RTX-4090"][-1]
+    assert rows["mac-36GB"][1:7] == ["unified", "38.7", "GB", "36.0", "29.0", "GB"]
+    assert set(rows) >= {t.name for t in list_presets()}
+    js = subprocess.run(
+        [sys.executable, "-c", code, "devices", "--presets", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    listed = {p["name"]: p for p in json.loads(js.stdout)["presets"]}
+    assert [p for p in listed] == [t.name for t in list_presets()]
+    assert listed["H100-80GB"]["total_bytes"] == 81559 * MiB
+    assert listed["mac-36GB"]["usable_bytes"] == 27 * GiB
