@@ -189,10 +189,12 @@ def describe_machine() -> str:
         pass
     import textual
 
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
     return (
         f"{cpu}, {os.cpu_count()} cores visible, {psutil.virtual_memory().total / 2**30:.0f} GiB "
         f"RAM, {platform.system()} {platform.release()}, Python {platform.python_version()}, "
-        f"Textual {textual.__version__}"
+        f"Textual {textual.__version__}, load average {load} (1/5/15 min, at the start: other "
+        "work on the machine slows both apps)"
     )
 
 
