@@ -1,8 +1,10 @@
 """`devices --serve`: this machine's samples as Prometheus metrics, through prometheus_client.
 
 Each scrape reads the sampler's latest Snapshot (never the devices themselves: a scrape costs
-no NVML call and cannot hang on one). Metrics, each labelled ``device`` (``gpu0``, ``system``),
-``kind`` and ``name``:
+no NVML call and cannot hang on one). `devices --serve` starts the exporter only once the
+sampler has its first Snapshot, so no scrape finds the families empty; `devices --prometheus`
+reads these series back (trainmem.devices.prometheus). Metrics, each labelled ``device``
+(``gpu0``, ``system``), ``kind`` and ``name``:
 
     trainmem_device_total_bytes         the device's memory
     trainmem_device_used_bytes          in use now (on a GPU, with driver-reserved memory)
