@@ -161,8 +161,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--prometheus",
         type=prometheus_url,
         metavar="URL",
-        help="read every node's GPUs (dcgm-exporter) and RAM (node_exporter) from this "
-        f"Prometheus server instead of this machine (auth: {_AUTH_ENV})",
+        help="read every node's GPUs (dcgm-exporter), RAM (node_exporter) and the devices of "
+        "any `devices --serve` it scrapes from this Prometheus server instead of this machine "
+        f"(auth: {_AUTH_ENV})",
     )
     p.add_argument(
         "--select",
