@@ -9,7 +9,7 @@ the user renames it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from trainmem.core.plan import FIELDS_BY_NAME, Plan
@@ -60,3 +60,40 @@ def default_names(plans: Sequence[Plan]) -> list[str]:
                 parts.append(show(value))
         names.append(" ".join(parts))
     return names
+
+
+def fit_name(name: str, width: int, shared: Collection[str] = ()) -> str:
+    """``name`` in at most ``width`` characters, cut between words, never inside one: the
+    first word (the model) and as many of the last ones as fit stay, since the end is what
+    sets a copy apart ("... on h100 (2)"); "…" stands for the words left out. Words in
+    ``shared`` (said by every name in a column) are left out first."""
+    if len(name) <= width:
+        return name
+    words = name.split(" ")
+    if shared:
+        words = [w if w not in shared else "…" for w in words[:-1]] + words[-1:]
+        if len(_join(words)) <= width:
+            return _join(words)
+    head, tail = words[:1], []
+    for word in reversed(words[1:]):  # the last words first, then the first ones
+        if len(_join([*head, "…", word, *tail])) > width:
+            break
+        tail.insert(0, word)
+    for word in words[1 : len(words) - len(tail)]:
+        if len(_join([*head, word, "…", *tail])) > width:
+            break
+        head.append(word)
+    fitted = _join([*head, "…", *tail])
+    if len(fitted) <= width:
+        return fitted
+    # The first word alone does not fit with the rest: as much of the start as fits.
+    return name[: max(width - 1, 0)] + "…"
+
+
+def _join(words: Sequence[str]) -> str:
+    """Words with a space between, one "…" for a run of them."""
+    out: list[str] = []
+    for word in words:
+        if not (word == "…" and out and out[-1] == "…"):
+            out.append(word)
+    return " ".join(out)

@@ -24,6 +24,7 @@ from trainmem.core.errors import PlanError
 from trainmem.core.plan import FIELDS_BY_NAME
 from trainmem.core.units import fmt_bytes
 from trainmem.planner.export import Row, differs, field_rows, to_json, to_markdown
+from trainmem.planner.naming import fit_name
 from trainmem.sources.plan_files import atomic_write
 
 if TYPE_CHECKING:
@@ -176,10 +177,14 @@ class CompareScreen(Screen[None]):
         table.add_column("Rule", width=8)
         table.add_column("Verdict", width=16)
         selected = self.app.state.workspace.selected
+        # Words every name on the page says are left out first when a name is too long.
+        words = [set(r.name.split(" ")) for r in self.rows]
+        shared = set.intersection(*words) if len(words) > 1 else set()
         for i, row in enumerate(self.rows, self.page_start):
             mark = "▶" if i == selected else str(i + 1)
+            name = fit_name(row.name, name_width, shared)  # cut between words
             if row.report is None:
-                table.add_row(mark, row.name, Text(row.error or "", style="italic"), "", "", "")
+                table.add_row(mark, name, Text(row.error or "", style="italic"), "", "", "")
                 continue
             est = row.report.estimate
             verdict = Text("no device", style="dim")
@@ -190,7 +195,7 @@ class CompareScreen(Screen[None]):
                 verdict.append(f" {sign}{abs(fit.headroom_bytes) / 1e9:.1f}")
             table.add_row(
                 mark,
-                row.name,
+                name,
                 stacked_bar(est.components, bar_width, scale),
                 Text(fmt_bytes(est.device_bytes), justify="right"),
                 Text(fmt_bytes(est.rule_of_thumb_bytes), justify="right"),

@@ -24,6 +24,7 @@ from trainmem.app.widgets.plan_form import PlanForm
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
+from trainmem.planner.naming import fit_name
 from trainmem.planner.report import Report
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 
 NARROW_WIDTH = 110
+FORM_WIDTH = {True: 36, False: 40}  # narrow terminal or not
 
 
 def _model_commands() -> type[Provider]:
@@ -151,9 +153,19 @@ class PlanScreen(Screen[None]):
         form = self.query_one(PlanForm)
         form.load(ws.current.plan)
         form.border_title = f"Plan {ws.selected + 1:,}/{len(ws.plans):,}"
-        form.border_subtitle = ws.current.name
-        self.sub_title = ws.current.name
+        self._show_name()
         self.recalculate()
+
+    def _show_name(self) -> None:
+        """The plan's name under the form; a default name follows every edit (the workspace
+        renames it), so this runs after each estimate too."""
+        form = self.query_one(PlanForm)
+        name = self.app.state.workspace.current.name
+        self.sub_title = name
+        if not self.app.loading_text:
+            # Cut between words to fit the border (Textual would cut inside one).
+            width = FORM_WIDTH[bool(self._narrow)] - 6  # the border's corners and padding
+            form.border_subtitle = fit_name(name, width)
 
     def _show_lengths(self) -> None:
         """The dataset histogram against the plan's maximum length (after --data is read)."""
@@ -163,7 +175,10 @@ class PlanScreen(Screen[None]):
             self.query_one(LengthHistogram).show(scan.lengths, plan.seq_len)
 
     def _on_loading(self, text: str) -> None:
-        self.query_one(PlanForm).border_subtitle = text or self.app.state.workspace.current.name
+        if text:
+            self.query_one(PlanForm).border_subtitle = text
+        else:
+            self._show_name()
 
     def _load_device_names(self) -> None:
         self.query_one(PlanForm).device_suggester.words = self.app.state.device_names()
@@ -254,6 +269,7 @@ class PlanScreen(Screen[None]):
         form.show_errors({})
         form.mark_applicable(plan)
         self.app.state.workspace.update_current(plan)
+        self._show_name()
         self._report = report
         self.app.publish_report(report)
         breakdown = self.query_one(Breakdown)
@@ -332,7 +348,8 @@ class PlanScreen(Screen[None]):
         if narrow == self._narrow:
             return
         self._narrow = narrow
-        self.query_one(PlanForm).styles.width = 36 if narrow else 40
+        self.query_one(PlanForm).styles.width = FORM_WIDTH[narrow]
+        self._show_name()
         self.query_one("#headline").display = narrow
         devices, breakdown = self.query_one(DevicesPanel), self.query_one(Breakdown)
         devices.styles.grid_size_columns = 1 if narrow else 2
