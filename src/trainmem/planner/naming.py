@@ -74,7 +74,7 @@ def fit_name(name: str, width: int, shared: Collection[str] = ()) -> str:
         words = [w if w not in shared else "…" for w in words[:-1]] + words[-1:]
         if len(_join(words)) <= width:
             return _join(words)
-    head, tail = words[:1], []
+    head, tail = words[:1], list[str]()
     for word in reversed(words[1:]):  # the last words first, then the first ones
         if len(_join([*head, "…", word, *tail])) > width:
             break
