@@ -25,6 +25,7 @@ from accuracy.peers import PEERS
 from trainmem.core.architecture import spec_from_config
 from trainmem.core.estimator import estimate
 from trainmem.core.plan import STACKS, Plan
+from trainmem.core.recipes import recipe
 
 PLAN_FIELDS = {f.name for f in fields(Plan)}
 
@@ -97,6 +98,12 @@ def fmt_pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.1f}%"
 
 
+def recipe_name(plan: Plan) -> str:
+    """The sharded precision recipe (trainmem.core.recipes), or the plan's precision."""
+    found = recipe(plan)
+    return f"{found.name}, reduce {found.reduce * 8}-bit" if found else plan.precision
+
+
 def is_sharded(plan: Plan) -> bool:
     return plan.strategy != "ddp" or plan.world > 1
 
@@ -112,11 +119,13 @@ def per_rank_section(rows: list[dict[str, Any]], validation: list[dict[str, Any]
         "One rank's peak allocated bytes in a data-parallel FSDP2 run, measured on a CPU with "
         "PyTorch's fake process group under FakeTensorMode (one process standing for any "
         "rank), against the estimate for the same plan. Validated first against real "
-        "multi-process gloo runs of a 4-layer model (below). **Derived from source, not "
+        "multi-process gloo runs of a 4-layer model (below). Mixed precision is FSDP2's "
+        "MixedPrecisionPolicy (bf16 units, fp32 or bf16 reduce) over fp32 parameters, as "
+        "accelerate upcasts them (trainmem.core.recipes). **Derived from source, not "
         "measured:** DeepSpeed ZeRO (its gradient buckets, stage-3 live and persistent "
         "parameters, fp32 gradient partitions), DDP's gradient buckets, NCCL's own buffers "
-        "(outside PyTorch's allocator) and FSDP1 (torch 2.13 refuses to run it without an "
-        "accelerator).",
+        "(outside PyTorch's allocator) and FSDP1 with or without MixedPrecision (torch 2.13 "
+        "refuses to run it without an accelerator).",
         "",
         "| world | n | median | worst |",
         "|---|---|---|---|",
@@ -126,31 +135,44 @@ def per_rank_section(rows: list[dict[str, Any]], validation: list[dict[str, Any]
         lines.append(f"| {world} | {s['n']} | {s['median']:.2f}% | {s['worst']:.2f}% |")
     s = summarize(rows, ["ours"])["ours"]
     lines.append(f"| all | {s['n']} | {s['median']:.2f}% | {s['worst']:.2f}% |")
+    lines += ["", "| recipe | n | median | worst |", "|---|---|---|---|"]
+    for name in sorted({recipe_name(r["plan"]) for r in rows}):
+        s = summarize([r for r in rows if recipe_name(r["plan"]) == name], ["ours"])["ours"]
+        lines.append(f"| {name} | {s['n']} | {s['median']:.2f}% | {s['worst']:.2f}% |")
     if validation:
         lines += [
             "",
             "Fake process group against real gloo processes (same model, plan and tracker):",
             "",
-            "| model | method | world | real, per rank (GB) | fake (GB) | fake - real |",
-            "|---|---|---|---|---|---|",
+            "A real gloo reduce-scatter all-reduces a clone of its whole input "
+            "(ProcessGroupGloo::reduce_scatter_tensor_coalesced); NCCL does not. Where that "
+            "clone sets the peak (fp32 reduce), the last column adds it to the fake run.",
+            "",
+            "| model | method | world | real, per rank (GB) | fake (GB) | fake - real "
+            "| fake + gloo's clone - real |",
+            "|---|---|---|---|---|---|---|",
         ]
         for v in validation:
             real = v["real"]
             worst = max(real, key=lambda b: abs(b - v["fake"]))
+            clone = v.get("fake_gloo_clone")
             lines.append(
                 f"| {v['model']} | {v['method']} | {v['world']} | "
                 + ", ".join(f"{b / 1e9:.4f}" for b in real)
-                + f" | {v['fake'] / 1e9:.4f} | {100 * (v['fake'] - worst) / worst:+.2f}% |"
+                + f" | {v['fake'] / 1e9:.4f} | {100 * (v['fake'] - worst) / worst:+.2f}% | "
+                + ("" if clone is None else f"{100 * (clone - worst) / worst:+.2f}%")
+                + " |"
             )
     lines += [
         "",
-        "| model | method | FSDP | world | ckpt | measured GB | ours |",
-        "|---|---|---|---|---|---|---|",
+        "| model | method | recipe | FSDP | world | ckpt | measured GB | ours |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         p = r["plan"]
         lines.append(
-            f"| {r['model']} | {p.method} | {p.fsdp_version}: {p.fsdp} | {p.world} | "
+            f"| {r['model']} | {p.method} | {recipe_name(p)} | {p.fsdp_version}: {p.fsdp} | "
+            f"{p.world} | "
             f"{'on' if p.grad_ckpt else 'off'} | {r['measured'] / 1e9:.3f} | "
             f"{fmt_pct(err(r['ours'], r['measured']))} |"
         )
@@ -311,10 +333,18 @@ def main() -> None:
                     validation.append(
                         {
                             "model": row["model"],
-                            "method": row["plan"].method,
+                            "method": row["plan"].method
+                            + (
+                                ""
+                                if recipe(row["plan"]) is None
+                                else f", {recipe_name(row['plan'])}"
+                            ),
                             "world": row["plan"].world,
                             "real": real,
                             "fake": row["measured"],
+                            "fake_gloo_clone": record["measured"].get(
+                                "fake_with_gloo_input_clone_bytes"
+                            ),
                         }
                     )
     command = "python bench/accuracy/compare.py " + " ".join(map(str, args.results))

@@ -2,6 +2,8 @@
 
     .measure-venv/bin/python bench/measure/sharded.py --validate        # fake PG vs real gloo
     .measure-venv/bin/python bench/measure/sharded.py --out bench/results/measure-cpu-sharded.json
+    .measure-venv/bin/python bench/measure/sharded.py --mp --validate \
+        --out bench/results/measure-cpu-sharded-mp.json                 # mixed precision (issue 18)
 
 Every rank of a data-parallel run does the same work on its own micro-batch, so one process
 can stand for any rank: PyTorch's fake process group (torch.testing._internal.distributed.
@@ -118,6 +120,8 @@ def wrap(model: torch.nn.Module, plan: Plan, mesh: Any) -> torch.nn.Module:
             if len(dtypes) > 1
             else MixedPrecisionPolicy()
         )
+        if mixed_full(plan):
+            mp = mixed_policy(plan)
         for layer in _decoder_layers(model):
             fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
@@ -139,10 +143,53 @@ def wrap(model: torch.nn.Module, plan: Plan, mesh: Any) -> torch.nn.Module:
     )
 
 
-def sharded_plan(model: str, method: str, world: int, fsdp: str, version: int, gc_on: bool) -> Plan:
-    base = harness.measured_plan(method, "bf16", "adamw", 256, 1, gc_on)
+def mixed_full(plan: Plan) -> bool:
+    """A full fine-tune under FSDP mixed precision (fp32 master, 16-bit compute)."""
+    return plan.method == "full" and plan.precision == "bf16-mixed"
+
+
+def mixed_policy(plan: Plan) -> Any:
+    """FSDP2's MixedPrecisionPolicy as the frameworks build it (torch 2.13
+    _fully_shard/_fsdp_api.py): reduce in fp32 as PyTorch's FSDP2 recipe and torchtitan do,
+    or what accelerate 1.15 builds from mixed_precision="bf16"
+    (accelerate/utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision:
+    param, reduce and output dtype all bf16)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    bf16 = torch.bfloat16
+    if plan.reduce_dtype == "fp32":
+        return MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16, output_dtype=bf16)
+
+
+def step_plan(plan: Plan) -> Plan:
+    """The plan train_step runs. Under FSDP2 mixed precision the policy casts (bf16 units,
+    bf16 activations) and nothing autocasts: accelerate 1.15's _prepare_fsdp2
+    (accelerator.py) never calls prepare_model, which is where the forward gets wrapped in
+    autocast and convert_outputs_to_fp32. The model itself is built in fp32 (harness.build
+    under bf16-mixed), as fsdp2_prepare_model upcasts trainable parameters to fp32."""
+    return dataclasses.replace(plan, precision="fp32") if mixed_full(plan) else plan
+
+
+def sharded_plan(
+    model: str,
+    method: str,
+    world: int,
+    fsdp: str,
+    version: int,
+    gc_on: bool,
+    precision: str = "bf16",
+    reduce: str = "auto",
+) -> Plan:
+    base = harness.measured_plan(method, precision, "adamw", 256, 1, gc_on)
     return dataclasses.replace(
-        base, model=model, strategy="fsdp", gpus=world, fsdp=fsdp, fsdp_version=version
+        base,
+        model=model,
+        strategy="fsdp",
+        gpus=world,
+        fsdp=fsdp,
+        fsdp_version=version,
+        reduce_dtype=reduce,
     )
 
 
@@ -165,13 +212,14 @@ def measure(entry: dict[str, Any], plan: Plan, fake: bool, rank: int = 0) -> dic
             [p for p in model.parameters() if p.requires_grad], lr=1e-5, fused=True
         )
         ids = torch.randint(0, int(entry["vocab_size"]), (plan.batch, plan.seq_len))
-        harness.train_step(model, opt, ids, plan, "cpu")
+        run = step_plan(plan)
+        harness.train_step(model, opt, ids, run, "cpu")
         gc.collect()
         tr = ResizeAwareTracker()
         _register(tr, model, opt)
         tr.register([ids], "other")
         with tr:
-            harness.train_step(model, opt, ids, plan, "cpu", tr)
+            harness.train_step(model, opt, ids, run, "cpu", tr)
         s = tr.summary()
         out = {
             "peak_allocated_bytes": s["peak_bytes"],
@@ -188,21 +236,41 @@ def measure(entry: dict[str, Any], plan: Plan, fake: bool, rank: int = 0) -> dic
             fmt = FSDPMemTracker(model, opt)
             fmt.track_inputs((ids,))
             with fmt:
-                harness.train_step(model, opt, ids, plan, "cpu")
+                harness.train_step(model, opt, ids, run, "cpu")
             peak = fmt.get_tracker_snapshot("peak")
             out["fsdp_mem_tracker_peak_bytes"] = max(v["Total"] for v in peak.values())
         del model, opt, ids, tr
     return out
 
 
-def _fake_run(entry: dict[str, Any], plan: Plan) -> dict[str, Any]:
+def _fake_run(entry: dict[str, Any], plan: Plan, gloo_clone: bool = False) -> dict[str, Any]:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.world)
     try:
-        return measure(entry, plan, fake=True)
+        with _gloo_input_clone() if gloo_clone else contextlib.nullcontext():
+            return measure(entry, plan, fake=True)
     finally:
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _gloo_input_clone() -> Any:
+    """What a real gloo run adds: ProcessGroupGloo::reduce_scatter_tensor_coalesced
+    (torch/csrc/distributed/c10d/ProcessGroupGloo.cpp) all-reduces a clone of the whole
+    reduce-scatter input (``inputTensors[i].clone()``), alive while the collective runs. NCCL
+    reduce-scatters without it, so the records are the fake runs without this; the
+    validation runs it to show the fake process group matches gloo otherwise."""
+    orig = dist.reduce_scatter_single
+
+    def clone_first(output: torch.Tensor, input: torch.Tensor, **kw: Any) -> Any:
+        return orig(output=output, input=input.clone(), **kw)
+
+    dist.reduce_scatter_single = clone_first  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        dist.reduce_scatter_single = orig
 
 
 def _real_rank(
@@ -236,8 +304,9 @@ def real_run(entry: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
 def record(
     entry: dict[str, Any], plan: Plan, measured: dict[str, Any], seconds: float
 ) -> dict[str, Any]:
+    mixed = f"/{plan.precision}-reduce-{plan.reduce_dtype}" if mixed_full(plan) else ""
     key = (
-        f"{plan.method}/fsdp{plan.fsdp_version}-{plan.fsdp}/w{plan.world}/"
+        f"{plan.method}{mixed}/fsdp{plan.fsdp_version}-{plan.fsdp}/w{plan.world}/"
         f"s{plan.seq_len}/b{plan.batch}/{'gc' if plan.grad_ckpt else 'nogc'}"
     )
     return {
@@ -258,17 +327,33 @@ def small(entry: dict[str, Any], layers: int) -> dict[str, Any]:
     return {**entry, "name": f"{entry['name']}-{layers}L", "num_hidden_layers": layers}
 
 
-def validate(models: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def validation_plans(name: str, mp: bool) -> list[Plan]:
+    """The plans checked against real gloo processes first."""
+    if mp:
+        return [
+            sharded_plan(name, "full", w, "full-shard", 2, True, "bf16-mixed", r)
+            for w, r in ((2, "fp32"), (2, "16-bit"), (4, "fp32"))
+        ]
+    return [
+        sharded_plan(name, method, world, "full-shard", 2, True)
+        for world, method in ((2, "full"), (2, "lora"), (4, "full"))
+    ]
+
+
+def validate(models: dict[str, dict[str, Any]], mp: bool = False) -> list[dict[str, Any]]:
     os.environ["SHARDED_FSDP_MEM_TRACKER"] = "1"
     out = []
     entry = small(models["SmolLM2-135M"], 4)
-    for world, method in ((2, "full"), (2, "lora"), (4, "full")):
-        plan = sharded_plan(entry["name"], method, world, "full-shard", 2, True)
+    for plan in validation_plans(entry["name"], mp):
+        world, method = plan.world, plan.method
         t0 = time.perf_counter()
         ranks = real_run(entry, plan)
         fake = _fake_run(entry, plan)
         rec = record(entry, plan, fake, time.perf_counter() - t0)
         rec["measured"]["real_ranks"] = ranks
+        if mp:
+            clone = _fake_run(entry, plan, gloo_clone=True)["peak_allocated_bytes"]
+            rec["measured"]["fake_with_gloo_input_clone_bytes"] = clone
         out.append(rec)
         peaks = [r.get("peak_allocated_bytes") for r in ranks]
         print(
@@ -280,6 +365,8 @@ def validate(models: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             fake["peak_allocated_bytes"],
             "FSDPMemTracker fake",
             fake.get("fsdp_mem_tracker_peak_bytes"),
+            "fake + gloo's input clone",
+            rec["measured"].get("fake_with_gloo_input_clone_bytes"),
             flush=True,
         )
     os.environ.pop("SHARDED_FSDP_MEM_TRACKER")  # the grid runs one tracker
@@ -305,6 +392,33 @@ def grid(models: dict[str, dict[str, Any]], quick: bool) -> list[tuple[dict[str,
     return cases
 
 
+MP_WORLDS = (1, 2, 8, 64)
+
+
+def mp_grid(models: dict[str, dict[str, Any]], quick: bool) -> list[tuple[dict[str, Any], Plan]]:
+    """Full fine-tuning under FSDP2 mixed precision (fp32 master, bf16 units): reduce in fp32
+    and in bf16, with and without checkpointing, both models; 4, 16 and 32 ranks too for
+    fp32 reduce with checkpointing. FSDP1's MixedPrecision is not here: torch 2.13's
+    FullyShardedDataParallel refuses a CPU-only process, so it stays derived."""
+    cases = []
+    worlds = (1, 64) if quick else MP_WORLDS
+    for name in MODELS:
+        for world in worlds:
+            for reduce in ("fp32", "16-bit"):
+                for gc_on in (True, False):
+                    plan = sharded_plan(
+                        name, "full", world, "full-shard", 2, gc_on, "bf16-mixed", reduce
+                    )
+                    cases.append((models[name], plan))
+        if not quick:
+            for world in (4, 16, 32):
+                plan = sharded_plan(
+                    name, "full", world, "full-shard", 2, True, "bf16-mixed", "fp32"
+                )
+                cases.append((models[name], plan))
+    return cases
+
+
 def write(path: Path | None, records: list[dict[str, Any]]) -> None:
     """The whole file, rewritten after each record (a long run keeps what it measured)."""
     if path is None:
@@ -312,7 +426,8 @@ def write(path: Path | None, records: list[dict[str, Any]]) -> None:
     data = {
         "machine": {**harness.machine("cpu"), "torch_threads": 1},
         "versions": harness.versions(),
-        "command": ".measure-venv/bin/python bench/measure/sharded.py " + " ".join(sys.argv[1:]),
+        "command": f"{os.path.relpath(sys.executable)} bench/measure/sharded.py "
+        + " ".join(sys.argv[1:]),
         "notes": "FSDP per rank on a CPU: fake process group + FakeTensorMode, one process "
         "standing for any rank; validated against real gloo runs (records with real_ranks)",
         "records": records,
@@ -326,14 +441,15 @@ def main() -> int:
     ap.add_argument("--validate", action="store_true")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="")
+    ap.add_argument("--mp", action="store_true", help="the mixed-precision grid (issue 18)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     models = harness.load_models()
-    records = validate(models) if args.validate else []
+    records = validate(models, args.mp) if args.validate else []
     write(args.out, records)
     if not args.validate or args.out:
-        for entry, plan in grid(models, args.quick):
-            if args.only and args.only not in f"{entry['name']}/{plan.method}/w{plan.world}":
+        for entry, plan in (mp_grid if args.mp else grid)(models, args.quick):
+            if args.only and args.only not in record(entry, plan, {}, 0)["id"]:
                 continue
             t0 = time.perf_counter()
             try:

@@ -17,6 +17,7 @@ from trainmem.core.architecture import ModelSpec
 from trainmem.core.losses import loss_head
 from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes, dtypes
+from trainmem.core.recipes import recipe
 from trainmem.core.rule_of_thumb import rule_of_thumb_bytes
 from trainmem.core.runtime import (
     RUNTIME_COMPONENTS,
@@ -145,6 +146,7 @@ class Step:
     buckets: int = 0  # ZeRO / DDP gradient buckets, alive from the first backward on
     grad_inflight: int = -1  # one layer's unsharded gradient in backward (-1: grad_layer)
     embedding_grads: int = -1  # gradients alive at the embedding's backward (-1: all)
+    root_reduce: int = 0  # FSDP: the root's reduce-scatter input, in the reduce dtype
 
     def alive(
         self, activations: int, logits: int, grads: int, temps: int, gathered: int = 0
@@ -194,10 +196,11 @@ def _dequant_bytes(spec: ModelSpec, plan: Plan, precision: Dtypes) -> int:
 
 def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
     """The step's building blocks for a validated plan."""
-    precision = dtypes(plan)
+    precision = dtypes(plan)  # as stored (shards, master, states)
+    compute = _compute_dtypes(plan, precision)  # as the layers see them
     states = model_states(spec, plan, precision)
-    layer = layer_activations(spec, plan, _compute_dtypes(plan, precision), kernels)
-    head = loss_head(spec, plan, precision, kernels)
+    layer = layer_activations(spec, plan, compute, kernels)
+    head = loss_head(spec, plan, compute, kernels)
     tokens = plan.batch * plan.seq_len
     layers = spec.layers
     method = plan.training
@@ -210,7 +213,7 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
     # cached_cast), and a frozen weight's copy lives as long as the matmul saves it for the
     # input's gradient. A 16-bit or quantized base is used as it is (bitsandbytes dequantizes
     # per op, bitsandbytes/nn/modules.py Linear4bit.forward).
-    copies = precision.autocast and precision.weight == 4 and not method.quantized_base
+    copies = compute.autocast and compute.weight == 4 and not method.quantized_base
     copy_layer, copy_head = autocast_copy_bytes(spec) if copies else (0, 0)
     if plan.loss_kind != "standard":
         copy_head = 0  # the chunked and fused losses cast lm_head's weight a chunk at a time
@@ -221,35 +224,36 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
     saved_e = saved_module_bytes(plan, precision)
     matrix = spec.vocab * spec.hidden
     if method.trains_base:
-        grad_head = matrix * precision.trainable
+        # as autograd makes them (bf16 under FSDP's mixed precision); stored: ``trainable``
+        root_e, stored_e = compute.trainable, precision.trainable
+        grad_head = matrix * root_e
         grad_embed = grad_head if not spec.tied_embeddings else 0
     else:  # modules_to_save copies, untied
+        root_e = stored_e = saved_e
         grad_head = matrix * saved_e if "lm_head" in plan.saved_modules else 0
         grad_embed = matrix * saved_e if "embed_tokens" in plan.saved_modules else 0
     lay = layout(plan)
     head_full, embed_full = grad_head, grad_embed
+    root_elements = (head_full + embed_full) // root_e
     if lay.gradients and lay.strategy == "zero":  # ZeRO-2/3: each GPU keeps its shard
         grad_head, grad_embed = divided(grad_head, lay.shard), divided(grad_embed, lay.shard)
-    root_sharded = divided(head_full + embed_full, lay.shard) if lay.gradients else 0
+    root_sharded = divided(root_elements * stored_e, lay.shard) if lay.gradients else 0
     if lay.strategy == "fsdp":
         # the root's gradients stay whole until its reduce-scatter at the end of backward
         grad_layer = max(0, states.gradients - root_sharded) // layers
     else:
         grad_layer = max(0, states.gradients - grad_head - grad_embed) // layers
-    trainable_layer = _layer_trainable(plan, spec, states, head_full + embed_full, precision)
+    trainable_layer = max(0, states.trainable_params - root_elements) // layers
     adapters = tuple(
         (m.rows, m.cols, m.count // layers)
         for m in (trainable_matrices(spec, plan) if lay.strategy == "fsdp" else [])
         if plan.trains_adapter and m.count % layers == 0
     )
-    gather = gathered(
-        plan, spec, precision, _unsharded_weight_bytes(plan, spec), trainable_layer, adapters
-    )
-    mixed_zero = lay.strategy == "zero" and not plan.trains_adapter and plan.precision != "fp32"
-    bucket_bytes = 2 if mixed_zero else precision.trainable  # DeepSpeed's 16-bit gradients
+    gathered_weights = stored_weight_bytes(spec, plan, precision.computed())
+    gather = gathered(plan, spec, precision, gathered_weights, trainable_layer, adapters)
     buckets = ddp_buckets(plan, states.gradients)
-    if lay.strategy == "zero":
-        buckets += zero_buckets(plan, spec, bucket_bytes)
+    if lay.strategy == "zero":  # DeepSpeed's 16-bit gradients under its bf16 / fp16
+        buckets += zero_buckets(plan, spec, precision.reduce)
     reentrant = plan.tooling.reentrant_ckpt
     if plan.grad_ckpt:
         # transformers' gradient checkpointing keeps each layer's input and recomputes the
@@ -267,7 +271,7 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
         kept_per_layer = layer_saved + copy_layer + tokens * layer.int8_inputs_extra
         recompute = forward_copies = 0
         saved_after_forward = layers * kept_per_layer + head_saved + copy_head
-    kept_output, cache, cache_is_saved = _loop_output(plan, spec, precision, tokens, head.output)
+    kept_output, cache, cache_is_saved = _loop_output(plan, spec, compute, tokens, head.output)
     scores = tokens * plan.seq_len * layer.scores_transient
     return Step(
         states=states,
@@ -279,7 +283,7 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
         logits_forward=head.forward,
         loss_backward=head.backward,
         layer_transient=tokens * layer.backward_transient + layer.transient_fixed + scores,
-        dequant=_dequant_bytes(spec, plan, precision),
+        dequant=_dequant_bytes(spec, plan, compute),
         grad_head=grad_head,
         grad_embed=grad_embed,
         grad_layer=grad_layer,
@@ -294,23 +298,21 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
         embedding_grads=(
             layers * grad_layer + head_full + embed_full if lay.strategy == "fsdp" else -1
         ),
+        root_reduce=(
+            root_elements * (precision.reduce if method.trains_base else root_e)
+            if lay.strategy == "fsdp"
+            else 0
+        ),
     )
 
 
 def _compute_dtypes(plan: Plan, precision: Dtypes) -> Dtypes:
-    """The dtypes the layers compute in. FSDP all-gathers a LoRA unit's fp32 adapters in the
-    16-bit base's dtype (sharding.fsdp_gathered), so PEFT casts no input up to fp32."""
+    """The dtypes the layers compute in: a sharded recipe's gathered units and gradients
+    (Dtypes.computed). FSDP all-gathers a LoRA unit's fp32 adapters in the 16-bit base's
+    dtype (sharding.fsdp_gathered), so PEFT casts no input up to fp32."""
     if plan.strategy == "fsdp" and plan.trains_adapter and precision.weight == 2:
         return replace(precision, trainable=2)
-    return precision
-
-
-def _layer_trainable(
-    plan: Plan, spec: ModelSpec, states: States, root_grads: int, precision: Dtypes
-) -> int:
-    """One decoder layer's trainable elements, unsharded."""
-    per = precision.trainable or 1
-    return max(0, states.trainable_params - root_grads // per) // spec.layers
+    return precision.computed()
 
 
 def _unsharded_weight_bytes(plan: Plan, spec: ModelSpec) -> int:
@@ -373,8 +375,7 @@ def backward_embedding(s: Step) -> dict[str, int]:
     held = _cache_held(s, s.layers)
     grads = (s.states.gradients if s.embedding_grads < 0 else s.embedding_grads) + s.buckets
     # FSDP then copies the root's gradients into its reduce-scatter input (foreach_reduce)
-    root_reduce = s.grad_head + s.grad_embed if s.embedding_grads >= 0 else 0
-    temps = max(s.tied_sum, root_reduce) + s.gathered.reduce_buffer
+    temps = max(s.tied_sum, s.root_reduce) + s.gathered.reduce_buffer
     return s.alive(held, s.kept_output, grads, temps, s.gathered.embedding)
 
 
@@ -503,11 +504,9 @@ def _sharding_notes(plan: Plan) -> list[str]:
         )
     if lay.strategy == "ddp":
         notes.append("DDP keeps a bucket copy of every gradient (derived from torch's source)")
-    if lay.strategy == "fsdp" and plan.precision.endswith("-mixed"):
-        notes.append(
-            "FSDP under -mixed is counted with fp32 gathered units; a MixedPrecisionPolicy "
-            "param_dtype of bf16 gathers half that (not modelled)"
-        )
+    found = recipe(plan)
+    if found is not None:
+        notes.append(f"precision recipe: {found.label} ({found.source})")
     if lay.strategy == "fsdp" and plan.fsdp_version == 1:
         notes.append("FSDP1 is counted per unit like FSDP2, with flat-parameter padding")
     return notes

@@ -37,6 +37,7 @@ ATTENTION = ("sdpa", "eager", "flash-attention-2", "flex")
 LOSSES = ("auto", "standard", "chunked", "fused")
 QUANTS = ("nf4", "fp4", "int8")
 BASE_DTYPES = ("auto", "16-bit", "fp32")
+REDUCE_DTYPES = ("auto", "fp32", "16-bit")
 SAVABLE_MODULES = ("embed_tokens", "lm_head")
 OFFLOAD = ("none", "optimizer", "params")
 STRATEGIES = ("ddp", "fsdp", "zero")
@@ -83,6 +84,14 @@ def _fsdp(plan: Plan) -> bool:
 
 def _not_fsdp(plan: Plan) -> bool:
     return plan.strategy != "fsdp"
+
+
+def _fsdp_mixed(plan: Plan) -> bool:
+    return (
+        plan.strategy == "fsdp"
+        and plan.precision.endswith("-mixed")
+        and method_record(plan.method).trains_base
+    )
 
 
 def _deepspeed(plan: Plan) -> bool:
@@ -380,6 +389,21 @@ class Plan:
             advanced=True,
             section=GPUS,
             applies=_fsdp,
+        ),
+    )
+    reduce_dtype: str = plan_field(
+        "auto",
+        FieldSpec(
+            "choice",
+            "Reduce dtype",
+            "FSDP mixed precision: the dtype gradients are reduce-scattered in "
+            "(MixedPrecisionPolicy / MixedPrecision reduce_dtype); auto follows the stack: "
+            "16-bit under accelerate (Trainer, TRL, axolotl, LLaMA-Factory), fp32 for a "
+            "hand-written loop (PyTorch's FSDP2 recipe)",
+            choices=REDUCE_DTYPES,
+            advanced=True,
+            section=GPUS,
+            applies=_fsdp_mixed,
         ),
     )
     zero: int = plan_field(

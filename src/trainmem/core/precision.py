@@ -19,26 +19,59 @@
 - LoRA adapters: PEFT upcasts 16-bit adapter weights to fp32 (``autocast_adapter_dtype=True``,
   peft/tuners/tuners_utils.py) and casts each targeted layer's input to the adapter dtype
   (``_cast_input_dtype`` in peft/tuners/lora/layer.py) before ``lora_A``.
+- A sharded full fine-tune under a framework's mixed precision (FSDP's MixedPrecisionPolicy,
+  DeepSpeed's bf16 / fp16) takes its dtypes from its recipe (trainmem.core.recipes): stored
+  parameters, gathered units, gradients before and after the reduce, and the reduce buffer
+  can each have their own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainmem.core.plan import Plan
+from trainmem.core.recipes import recipe
 
 
 @dataclass(frozen=True)
 class Dtypes:
     weight: int  # bytes per element of the (base) weights as stored
-    trainable: int  # bytes of trainable parameters, hence of their gradients
+    trainable: int  # bytes of trainable parameters, hence of their (stored) gradients
     state: int  # bytes of one optimizer moment element
     resid: int  # residual stream and norm outputs
     act: int  # linear-layer outputs (attention and MLP intermediates)
     autocast: bool
+    # Sharded mixed precision (trainmem.core.recipes); the stored dtypes above otherwise:
+    gathered: int = 0  # the unsharded weights the layers compute with (0: ``weight``)
+    grad_compute: int = 0  # a gradient as autograd produces it (0: ``trainable``)
+    reduce: int = 0  # the gradient reduce buffer (0: ``grad_compute``)
+
+    def __post_init__(self) -> None:
+        # frozen: fill the defaults in by hand
+        object.__setattr__(self, "gathered", self.gathered or self.weight)
+        object.__setattr__(self, "grad_compute", self.grad_compute or self.trainable)
+        object.__setattr__(self, "reduce", self.reduce or self.grad_compute)
+
+    def computed(self) -> Dtypes:
+        """The dtypes the layers see: the gathered weights and the gradients autograd makes
+        (what activations, the loss and autocast's copies depend on)."""
+        return replace(self, weight=self.gathered, trainable=self.grad_compute)
 
 
 def dtypes(plan: Plan) -> Dtypes:
+    found = recipe(plan)
+    if found is not None:
+        return Dtypes(
+            weight=found.params,
+            trainable=found.grad_sharded,
+            state=found.optimizer_state,
+            resid=found.activations,
+            act=found.activations,
+            autocast=found.autocast,
+            gathered=found.gathered,
+            grad_compute=found.grad_compute,
+            reduce=found.reduce,
+        )
     mixed = plan.precision.endswith("-mixed")
     half = plan.precision in ("bf16", "fp16") or (
         mixed and plan.trains_adapter and not plan.fp32_base

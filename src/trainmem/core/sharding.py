@@ -167,9 +167,11 @@ def gathered(
     trainable_layer: int,
     adapter_shapes: tuple[tuple[int, int, int], ...] = (),
 ) -> Gathered:
-    """``weight_bytes``: the whole model's weights as stored (unsharded);
-    ``trainable_layer``: one decoder layer's trainable elements (its gradient's size);
-    ``adapter_shapes``: one layer's LoRA matrices (rows, cols, count)."""
+    """``weight_bytes``: the whole model's weights as gathered, unsharded (a mixed-precision
+    recipe's 16-bit units: ``dt.gathered``); ``trainable_layer``: one decoder layer's
+    trainable elements; ``adapter_shapes``: one layer's LoRA matrices (rows, cols, count).
+    A unit's gradient is in flight in the dtype autograd makes it (``dt.grad_compute``) and
+    reduced in ``dt.reduce`` (MixedPrecisionPolicy reduce_dtype)."""
     lay = layout(plan)
     if not lay.weights:
         return NONE
@@ -189,13 +191,15 @@ def gathered(
             else trainable_layer
         )
         unit += gathered_elements * min(dt.trainable, 2 if dt.weight == 2 else dt.trainable)
-    grad_unit = trainable_layer * dt.trainable
+    grad_unit = trainable_layer * dt.grad_compute
     if lay.strategy == "fsdp":
-        return fsdp_gathered(plan, spec, unit, root, grad_unit)
-    return zero3_gathered(plan, spec, u, per_elem, dt.trainable)
+        return fsdp_gathered(plan, spec, unit, root, grad_unit, trainable_layer * dt.reduce)
+    return zero3_gathered(plan, spec, u, per_elem, dt.grad_compute)
 
 
-def fsdp_gathered(plan: Plan, spec: ModelSpec, unit: int, root: int, grad_unit: int) -> Gathered:
+def fsdp_gathered(
+    plan: Plan, spec: ModelSpec, unit: int, root: int, grad_unit: int, reduce_unit: int
+) -> Gathered:
     """FSDP per unit. The root is never resharded after forward (torch 2.13
     _fsdp_state.py:203-207), so embeddings and lm_head stay gathered from forward to the end
     of backward. In backward each unit prefetches the next one's all-gather
@@ -221,7 +225,7 @@ def fsdp_gathered(plan: Plan, spec: ModelSpec, unit: int, root: int, grad_unit: 
         backward_first=root + unit,
         embedding=root,
         layer_grad_inflight=grad_unit,
-        reduce_buffer=grad_unit,
+        reduce_buffer=reduce_unit,
         step=0,  # the root reshards at the end of backward
     )
 

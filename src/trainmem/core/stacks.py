@@ -42,6 +42,11 @@ class Stack:
     # (modeling_utils.py gradient_checkpointing_enable), as TRL and axolotl keep it.
     reentrant_ckpt: bool
     defaults: str  # what this stack does by default, shown beside the estimate
+    # Who prepares an FSDP2 full fine-tune under mixed precision, by recipe
+    # (trainmem.core.recipes): accelerate's fsdp2_prepare_model upcasts trainable parameters
+    # to fp32 (Trainer, TRL, LLaMA-Factory); axolotl replaces it with its own, which does not
+    # (monkeypatch/accelerate/fsdp2.py); a hand-written loop calls fully_shard itself.
+    fsdp2_recipe: str = "fsdp2-accelerate"
 
 
 TRAINER = Stack(
@@ -74,6 +79,7 @@ AXOLOTL = replace(
     TRAINER,
     name="axolotl",
     label="axolotl 067b021 (Hugging Face Trainer)",
+    fsdp2_recipe="fsdp2-axolotl",
     defaults="sequence_len 512, micro_batch_size 1, adamw_torch_fused, checkpointing off; "
     "QLoRA is NF4 with double quant; the Liger and Cut Cross-Entropy plugins fuse the loss",
 )
@@ -97,6 +103,7 @@ LOOP = Stack(
     upcast_trainable=False,
     reentrant_ckpt=False,
     defaults="out = model(**batch) stays alive through backward and optimizer.step()",
+    fsdp2_recipe="fsdp2-torch",
 )
 
 STACK_RECORDS = {s.name: s for s in (TRAINER, TRL, AXOLOTL, LLAMA_FACTORY, LOOP)}
