@@ -307,8 +307,8 @@ class TrainmemApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """In a dialog (a prompt, the palette, the key list) the keys that would leave it or
         open another (F2-F4, Save, Open) do nothing: they reach the dialog as before."""
-        if action in ("switch_mode", "save", "open"):
-            return not isinstance(self.screen, ModalScreen)
+        if action in ("switch_mode", "save", "open") and isinstance(self.screen, ModalScreen):
+            return None  # disabled, still shown (dimmed) in the key bar behind the dialog
         return True
 
     def action_help(self) -> None:

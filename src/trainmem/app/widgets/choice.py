@@ -23,7 +23,7 @@ from trainmem.app.widgets.keys import run_own_binding
 class Choice(Widget, can_focus=True):
     DEFAULT_CSS = """
     Choice {
-        height: 1;
+        height: auto;
         width: 1fr;
         color: $text;
     }
@@ -86,13 +86,22 @@ class Choice(Widget, can_focus=True):
     def watch_value(self, value: Any) -> None:
         self.post_message(self.Changed(self, value))
 
+    def _label_line(self) -> bool:
+        """A label too long for its column gets a line of its own, the control under it
+        (as a long label beside an Input wraps), rather than running into the control."""
+        return len(self.label) >= self.label_width > 0
+
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return 1  # one line, however narrow the grid cell it is measured against
+        # One line (two with a long label), however narrow the grid cell it is measured in.
+        return 2 if self._label_line() else 1
 
     def render(self) -> Text:
         label = next((text for text, v in self.options if v == self.value), str(self.value))
         out = Text(no_wrap=True, overflow="ellipsis")
-        if self.label:  # its own label: one widget per field instead of two
+        if self._label_line():
+            out.append(self.label + "\n", style="dim")
+            out.append(" " * self.label_width)
+        elif self.label:  # its own label: one widget per field instead of two
             out.append(self.label.ljust(self.label_width), style="dim")
         out.append("◂ ", style="dim")
         out.append(label)

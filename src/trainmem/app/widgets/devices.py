@@ -140,15 +140,7 @@ class DevicePane(Widget):
         style = VERDICT_STYLE.get(verdict.verdict, "") if verdict else ""
         lines.append(usage_bar(width, used, total, plan, style.replace("bold ", "")))
         if verdict is not None and plan is not None:
-            line = Text(no_wrap=True, overflow="ellipsis")
-            line.append(f"plan ┃ {fmt_bytes(plan)} → ")
-            if verdict.verdict == "too big":
-                line.append(f"✗ {fmt_bytes(-verdict.headroom_bytes)} short", style=style)
-            else:
-                mark = "✓" if verdict.verdict == "fits" else "!"
-                line.append(f"{mark} {verdict.verdict}", style=style)
-                line.append(f" {fmt_bytes(verdict.headroom_bytes)} spare")
-            lines.append(line)
+            lines.append(plan_line(plan, verdict.verdict, verdict.headroom_bytes, style, width))
         if low_free(d):
             lines.append(
                 Text(
@@ -183,6 +175,31 @@ def _free_fraction(d: DeviceReading) -> float | None:
     if d.unavailable or not d.total_bytes or d.free_bytes is None:
         return None
     return d.free_bytes / d.total_bytes
+
+
+def plan_line(plan: int, verdict: str, headroom: int, style: str, width: int) -> Text:
+    """``plan ┃ 24.1 GB → ! tight 0.7 GB spare``, shortened a word at a time to fit
+    ``width`` (never cut inside a word): the verdict and the figures stay longest."""
+    if verdict == "too big":
+        mark, rest = f"✗ {fmt_bytes(-headroom)} short", ""
+    else:
+        mark, rest = (
+            f"{'✓' if verdict == 'fits' else '!'} {verdict}",
+            f" {fmt_bytes(headroom)} spare",
+        )
+    for prefix, tail in (
+        (f"plan ┃ {fmt_bytes(plan)} → ", rest),
+        (f"┃ {fmt_bytes(plan)} → ", rest),
+        (f"┃ {fmt_bytes(plan)} → ", ""),
+        ("", ""),
+    ):
+        if len(prefix) + len(mark) + len(tail) <= width:
+            break
+    line = Text(no_wrap=True, overflow="crop")
+    line.append(prefix)
+    line.append(mark, style=style)
+    line.append(tail)
+    return line
 
 
 def _plan_mark(d: DeviceReading, plan: int | None) -> Text:

@@ -51,8 +51,7 @@ class KeyBar(Widget):
     def render(self) -> Text:
         key_style = self.get_component_rich_style("keybar--key")
         off_style = self.get_component_rich_style("keybar--disabled")
-        out = Text(no_wrap=True, overflow="crop")
-        self._spans = []
+        entries = []  # (active binding, key shown, cells)
         seen: set[str] = set()
         for active in self.screen.active_bindings.values():
             binding = active.binding
@@ -60,13 +59,27 @@ class KeyBar(Widget):
                 continue
             seen.add(binding.action)
             key = self.app.get_key_display(binding)
-            if out.cell_len + len(key) + len(binding.description) + 3 > self.size.width:
-                continue  # whole keys only, never a label cut in half (F1 lists them all)
+            entries.append((active, key, len(key) + len(binding.description) + 3))
+        # The main keys (the App's MAIN_KEYS: help, the views, quit) always have their place;
+        # the others follow in order while they fit, whole (F1 lists them all).
+        main = set(getattr(self.app, "MAIN_KEYS", ()))
+        room = self.size.width - sum(c for a, _, c in entries if a.binding.id in main)
+        shown = []
+        for active, key, cells in entries:
+            if active.binding.id not in main:
+                if cells > room:
+                    continue
+                room -= cells
+            shown.append((active, key))
+        out = Text(no_wrap=True, overflow="crop")
+        self._spans = []
+        for active, key in shown:
             start = out.cell_len
             out.append(" ")
             out.append(key, style=key_style)
-            out.append(f" {binding.description} ", style="" if active.enabled else off_style)
-            self._spans.append((start, out.cell_len, active.node, binding.action))
+            description = f" {active.binding.description} "
+            out.append(description, style="" if active.enabled else off_style)
+            self._spans.append((start, out.cell_len, active.node, active.binding.action))
         palette = " ^p palette "
         pad = self.size.width - out.cell_len - len(palette)
         if pad >= 1:

@@ -31,7 +31,7 @@ FIELDS = PLAN_FIELDS
 FIELD_NAMES = tuple(f.name for f in FIELDS)
 SECTIONS = {STACK: "Training stack", GPUS: "GPUs and nodes"}
 SECTION_FIELDS = {key: tuple(f for f in FIELDS if f.section == key) for key in SECTIONS}
-LABEL_WIDTH = 11  # as grid-columns in app.tcss
+LABEL_WIDTH = 13  # as grid-columns in app.tcss: "Double quant" and a space
 
 
 class WordSuggester(Suggester):
