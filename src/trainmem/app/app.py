@@ -185,8 +185,13 @@ class TrainmemApp(App[None]):
         run_logs: Iterable[str | Path] = (),
         find_processes: bool = False,
         calibrations: Mapping[str, Calibration] | None = None,
+        keymap: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__()
+        # The user's keys by binding id (trainmem.app.keymap, read before start-up).
+        self.keymap = dict(keymap or {})
+        if self.keymap:
+            self.set_keymap(self.keymap)
         # Off by default: a blinking cursor repaints twice a second, which over SSH for a
         # dashboard left open all day is traffic and CPU for nothing (and a clock in snapshots).
         self.cursor_blink = cursor_blink
@@ -602,6 +607,7 @@ def make_app(
     run_logs: Iterable[str | Path] = (),
     find_processes: bool = False,
     calibrations: Mapping[str, Calibration] | None = None,
+    keymap: Mapping[str, str] | None = None,
 ) -> TrainmemApp:
     """The dashboard. Without ``sampler_factory`` it samples this machine's real devices, or
     with ``prometheus`` (a server URL) the cluster's nodes, filtered by ``select``."""
@@ -623,4 +629,5 @@ def make_app(
         run_logs=run_logs,
         find_processes=find_processes,
         calibrations=calibrations,
+        keymap=keymap,
     )

@@ -151,6 +151,12 @@ def startup(argv: list[str]) -> Startup:
     ns.calibrations, warning = machine_calibrations()
     if warning:
         messages.append(("warning", warning))
+    # The user's keys (keymap.toml in the state directory), read here, before the UI starts.
+    from trainmem.app.keymap import read_keymap
+
+    ns.keymap, warning = read_keymap()
+    if warning:
+        messages.append(("warning", warning))
     if cli_plan is not None:  # open on the plan the flags describe, after the restored ones
         if plan_set is None:
             plan_set = PlanSet((NamedPlan("", cli_plan, auto=True),))
@@ -183,6 +189,7 @@ def run(argv: list[str]) -> int:
 
     app = make_app(
         calibrations=ns.calibrations,
+        keymap=ns.keymap,
         plan_set=plan_set,
         plans_path=ns.compare,
         interval=ns.interval,

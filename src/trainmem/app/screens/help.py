@@ -47,8 +47,10 @@ class HelpScreen(ModalScreen[None]):
             table.add_row(Text(title, style="underline"), "")
             for binding in node.BINDINGS:
                 if isinstance(binding, Binding) and binding.description:
+                    # The keys the user's keymap gives it, else its own.
+                    key = getattr(self.app, "keymap", {}).get(binding.id, binding.key)
                     keys = ", ".join(
-                        self.app.get_key_display(Binding(k, "")) for k in binding.key.split(",")
+                        self.app.get_key_display(Binding(k, "")) for k in key.split(",")
                     )
                     table.add_row(keys, binding.tooltip or binding.description)
             table.add_row("", "")
