@@ -17,7 +17,7 @@ accuracy:
 		bench/results/measure-cpu.json bench/results/measure-cpu-moe.json \
 		bench/results/measure-cpu-stacks.json bench/results/measure-cpu-nodq.json \
 		bench/results/measure-cpu-real-stacks.json bench/results/measure-cpu-sharded.json \
-		--out docs/accuracy.md
+		bench/results/measure-cpu-sharded-mp.json --out docs/accuracy.md
 
 # Re-measure real training steps on CPU (installs torch's CPU wheel into .measure-venv).
 measure:
@@ -30,6 +30,8 @@ measure:
 	.measure-venv/bin/python bench/measure/real_stacks.py --threads 1 --out bench/results/measure-cpu-real-stacks.json
 
 # Re-measure sharded (FSDP2) steps per rank on CPU: fake process group + FakeTensorMode,
-# validated against real 2- and 4-process gloo runs first (~40 min on 2 shared cores).
+# validated against real 2- and 4-process gloo runs first (~40 min on 2 shared cores), then
+# full fine-tuning under FSDP2 mixed precision (--mp, ~25 min).
 measure-sharded:
 	.measure-venv/bin/python bench/measure/sharded.py --validate --out bench/results/measure-cpu-sharded.json
+	.measure-venv/bin/python bench/measure/sharded.py --mp --validate --out bench/results/measure-cpu-sharded-mp.json

@@ -165,14 +165,14 @@ def per_rank_section(rows: list[dict[str, Any]], validation: list[dict[str, Any]
             )
     lines += [
         "",
-        "| model | method | recipe | FSDP | world | ckpt | measured GB | ours |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | method | recipe | FSDP | world | seq | ckpt | measured GB | ours |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         p = r["plan"]
         lines.append(
             f"| {r['model']} | {p.method} | {recipe_name(p)} | {p.fsdp_version}: {p.fsdp} | "
-            f"{p.world} | "
+            f"{p.world} | {p.seq_len} | "
             f"{'on' if p.grad_ckpt else 'off'} | {r['measured'] / 1e9:.3f} | "
             f"{fmt_pct(err(r['ours'], r['measured']))} |"
         )

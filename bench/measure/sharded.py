@@ -180,8 +180,9 @@ def sharded_plan(
     gc_on: bool,
     precision: str = "bf16",
     reduce: str = "auto",
+    seq_len: int = 256,
 ) -> Plan:
-    base = harness.measured_plan(method, precision, "adamw", 256, 1, gc_on)
+    base = harness.measured_plan(method, precision, "adamw", seq_len, 1, gc_on)
     return dataclasses.replace(
         base,
         model=model,
@@ -398,8 +399,10 @@ MP_WORLDS = (1, 2, 8, 64)
 def mp_grid(models: dict[str, dict[str, Any]], quick: bool) -> list[tuple[dict[str, Any], Plan]]:
     """Full fine-tuning under FSDP2 mixed precision (fp32 master, bf16 units): reduce in fp32
     and in bf16, with and without checkpointing, both models; 4, 16 and 32 ranks too for
-    fp32 reduce with checkpointing. FSDP1's MixedPrecision is not here: torch 2.13's
-    FullyShardedDataParallel refuses a CPU-only process, so it stays derived."""
+    fp32 reduce with checkpointing; 2048 tokens at 8 ranks, where activations set the peak
+    (at 256 the lm_head's backward does, checkpointing or not). FSDP1's MixedPrecision is not
+    here: torch 2.13's FullyShardedDataParallel refuses a CPU-only process, so it stays
+    derived."""
     cases = []
     worlds = (1, 64) if quick else MP_WORLDS
     for name in MODELS:
@@ -414,6 +417,11 @@ def mp_grid(models: dict[str, dict[str, Any]], quick: bool) -> list[tuple[dict[s
             for world in (4, 16, 32):
                 plan = sharded_plan(
                     name, "full", world, "full-shard", 2, True, "bf16-mixed", "fp32"
+                )
+                cases.append((models[name], plan))
+            for gc_on in (True, False):
+                plan = sharded_plan(
+                    name, "full", 8, "full-shard", 2, gc_on, "bf16-mixed", "fp32", 2048
                 )
                 cases.append((models[name], plan))
     return cases
