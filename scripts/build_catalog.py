@@ -1,17 +1,29 @@
-"""Regenerate src/trainmem/data/models.json from the reference configs.
+"""Regenerate src/trainmem/data/models.json from the reference configs and scripts/catalog_table.py.
 
-    python scripts/build_catalog.py ../shared/reference/models.json
+    python scripts/build_catalog.py ../shared/reference/models.json [--check]
 
 The catalogue keeps each model's config.json fields (the estimator derives everything from
 them, exactly as for a user's own config), the parameter count transformers builds from that
-config (checked by the tests), the published figure and why the two differ.
+config, the published figure and why the two differ, its sources, and its other Hub ids
+(instruct checkpoints, renamed repos, re-uploads; see catalog_table.py for the evidence).
+
+Checks, each failing the build: transformers (on the meta device, no memory) builds exactly
+the count the estimator computes; a checkpoint's safetensors total, where a source gives one,
+equals that count; an alias backed by a config.json copy gives the very same ModelSpec as its
+target. --check compares with the committed file instead of writing it.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import catalog_table as table
+
+from trainmem.core.architecture import ModelSpec, spec_from_config
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "trainmem" / "data" / "models.json"
 CONFIG_KEYS = (
@@ -27,7 +39,11 @@ CONFIG_KEYS = (
 )
 
 
-def convert(ref: dict) -> dict:
+class BuildError(ValueError):
+    pass
+
+
+def convert(ref: dict[str, Any]) -> dict[str, Any]:
     model_type = ref["architecture"].split(" ")[0]
     if "text_config: gemma3_text" in ref["architecture"]:
         model_type = "gemma3_text"  # the text decoder of the multimodal checkpoint
@@ -50,10 +66,145 @@ def convert(ref: dict) -> dict:
     }
 
 
+def transformers_count(config: dict[str, Any]) -> int:
+    """Parameters of the model transformers builds from ``config``, on the meta device."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields = {k: v for k, v in config.items() if k != "torch_dtype"}
+    hf_config = AutoConfig.for_model(**fields)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def added(entry: dict[str, Any]) -> dict[str, Any]:
+    config = entry["config"]
+    count = transformers_count(config)
+    notes = [f"added: {entry['why']}", *entry.get("notes", [])]
+    if "safetensors_total" in entry:
+        total, source = entry["safetensors_total"]
+        if total != count:
+            raise BuildError(f"{entry['hf_id']}: safetensors total {total:,} != {count:,}")
+        notes.append(f"matches the checkpoint's safetensors total {total:,} ({source})")
+    return {
+        "name": entry["name"],
+        "hf_id": entry["hf_id"],
+        "config": config,
+        "transformers_params": count,
+        "published": {"text": entry.get("published"), "value": None},
+        "notes": notes,
+        "sources": entry["sources"],
+    }
+
+
+def _bare(spec: ModelSpec) -> ModelSpec:
+    return replace(spec, name="", hf_id=None, source="", notes=())
+
+
+def aliases() -> list[dict[str, Any]]:
+    """Every alias as {hf_id, of, evidence, quantized, note, sources, ...}, in table order."""
+    rows: list[dict[str, Any]] = []
+    for hf_id, of, evidence, sources, extra in table.INSTRUCT:
+        rows.append({"hf_id": hf_id, "of": of, "evidence": evidence, "sources": sources, **extra})
+    for four_bit, others in table.UNSLOTH_ROWS:
+        original = next(o for o in others if not o.startswith("unsloth/"))
+        for hf_id in (four_bit, *others):
+            if hf_id == original:
+                continue
+            rows.append(
+                {
+                    "hf_id": hf_id,
+                    "of": original,
+                    "evidence": "re-upload",
+                    "sources": [f"{table.UNSLOTH} (row {four_bit!r})"],
+                    "quantized": "bnb-4bit" if hf_id.endswith("bnb-4bit") else None,
+                    "note": "unsloth's dynamic 4-bit keeps a few layers in 16 bits; planned as "
+                    "NF4 throughout"
+                    if hf_id.endswith("unsloth-bnb-4bit")
+                    else "",
+                }
+            )
+    for hf_id, of, quantized, sources in table.REFUSED:
+        rows.append(
+            {
+                "hf_id": hf_id,
+                "of": of,
+                "evidence": "re-upload",
+                "quantized": quantized,
+                "sources": sources,
+            }
+        )
+    seen: set[str] = set()
+    unique = []
+    for row in rows:  # the mapper lists some repos twice (as key and as value)
+        if row["hf_id"].lower() not in seen:
+            seen.add(row["hf_id"].lower())
+            unique.append(row)
+    return unique
+
+
+def attach(entries: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    """Put each alias on the entry it ends at, after checking what its source shows."""
+    by_id = {e["hf_id"]: e for e in entries}
+    targets = {r["hf_id"]: r["of"] for r in rows}
+    for row in rows:
+        of = row["of"]
+        for _ in range(len(rows)):
+            if of in by_id:
+                break
+            if of not in targets:
+                raise BuildError(f"{row['hf_id']}: {of} is neither in the catalogue nor an alias")
+            of = targets[of]
+        entry = by_id[of]
+        if row["hf_id"] in by_id:
+            raise BuildError(f"{row['hf_id']} is both an entry and an alias")
+        if row["evidence"] == "config":
+            mine = spec_from_config(row["config"], row["hf_id"])
+            theirs = spec_from_config(entry["config"], entry["hf_id"])
+            if _bare(mine) != _bare(theirs):
+                raise BuildError(f"{row['hf_id']}: its config.json differs from {of}'s")
+        if "safetensors_total" in row:
+            total, source = row["safetensors_total"]
+            if total != entry["transformers_params"]:
+                raise BuildError(f"{row['hf_id']}: safetensors total {total:,} differs")
+            row["sources"] = [*row["sources"], f"{source} (safetensors total {total:,})"]
+            row["note"] = (row.get("note", "") + f"; safetensors total {total:,}").lstrip("; ")
+        entry.setdefault("aliases", []).append(
+            {
+                "hf_id": row["hf_id"],
+                "of": row["of"],
+                "evidence": row["evidence"],
+                "quantized": row.get("quantized"),
+                "note": row.get("note", ""),
+                "sources": row["sources"],
+            }
+        )
+
+
+def build(reference: Path) -> list[dict[str, Any]]:
+    entries = [convert(r) for r in json.loads(reference.read_text())]
+    entries += [added(e) for e in table.ENTRIES]
+    for entry in entries:
+        computed = spec_from_config(entry["config"], entry["name"]).params
+        if computed != entry["transformers_params"]:
+            raise BuildError(f"{entry['hf_id']}: estimator {computed:,} != transformers")
+    attach(entries, aliases())
+    return entries
+
+
+def render(entries: list[dict[str, Any]]) -> str:
+    return json.dumps(entries, indent=1) + "\n"
+
+
 def main() -> None:
-    refs = json.loads(Path(sys.argv[1]).read_text())
-    OUT.write_text(json.dumps([convert(r) for r in refs], indent=1) + "\n")
-    print(f"wrote {len(refs)} models to {OUT}")
+    text = render(build(Path(sys.argv[1])))
+    if "--check" in sys.argv[2:]:
+        same = OUT.read_text() == text
+        print("models.json is up to date" if same else "models.json differs: rebuild it")
+        sys.exit(0 if same else 1)
+    OUT.write_text(text)
+    print(f"wrote {text.count(chr(10) + ' {')} models to {OUT}")
 
 
 if __name__ == "__main__":

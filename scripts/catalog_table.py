@@ -1,0 +1,781 @@
+"""What scripts/build_catalog.py adds to the reference configs (shared/reference/models.json):
+models that are not there, and the other Hub ids of each model (instruct / chat / -it
+checkpoints, renamed repos, community re-uploads), every one with the source it rests on.
+
+Only what a source shows is written here: config fields copied from a config.json (or a
+transcription of one), and re-upload relations as published. Nothing is inferred from a name.
+
+Evidence of an alias (``same`` below), strongest first:
+- "config": a copy of that repo's config.json, transcribed in ``config``; the build checks
+  that it gives the very same ModelSpec as its target (every field the estimator reads).
+- "template": a source that builds both checkpoints from one set of shapes (litgpt's
+  ``name="Qwen2.5-7B{}"`` expanded to "" and "-Instruct"): shapes and vocab are the same;
+  max_position_embeddings and torch_dtype are the target's, not seen for this repo.
+- "re-upload": unsloth's mapper (unsloth/models/mapper.py), which loads one for the other:
+  the same weights, 16-bit or bitsandbytes 4-bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ALAIN_COMMIT = "1b33775219c224def81d0c3c4e34d2d6630dc83d"
+LITGPT = "Lightning-AI/litgpt:litgpt/config.py@26857050fe3ff627cd714fe92f5838f51a3d5efa"
+MLC = "mlc-ai/mlc-llm:python/mlc_llm/model/model_preset.py@79d603f085f50500e9509fa01785ffa7ecfaaa93"
+UNSLOTH = "unslothai/unsloth:unsloth/models/mapper.py@015bdef0d94a241bcd94eec7a405b1700632180d"
+
+
+def alain(folder: str, file: str = "config.json") -> str:
+    """Copies of Hub files (config.json; model.json is the Hub API's model record, whose
+    ``safetensors.total`` counts every tensor element of the checkpoint)."""
+    return (
+        "daniel-p-green/alain-ai-learning-platform:"
+        f"out/research-{folder}/sources/huggingface/{file}@{ALAIN_COMMIT}"
+    )
+
+
+def hub_config(**fields: Any) -> dict[str, Any]:
+    return fields
+
+
+# Models the reference set lacks: the config.json fields the estimator reads, as published.
+ENTRIES: list[dict[str, Any]] = [
+    {
+        "name": "Qwen2.5-7B-Instruct",
+        "hf_id": "Qwen/Qwen2.5-7B-Instruct",
+        "why": "max_position_embeddings 32768 (Qwen2.5-7B: 131072)",
+        "config": hub_config(
+            model_type="qwen2",
+            hidden_size=3584,
+            num_hidden_layers=28,
+            num_attention_heads=28,
+            num_key_value_heads=4,
+            intermediate_size=18944,
+            vocab_size=152064,
+            tie_word_embeddings=False,
+            max_position_embeddings=32768,
+            torch_dtype="bfloat16",
+            rms_norm_eps=1e-06,
+            rope_theta=1000000.0,
+        ),
+        "safetensors_total": (7615616512, alain("qwen-qwen2-5-7b-instruct", "model.json")),
+        "sources": [alain("qwen-qwen2-5-7b-instruct")],
+    },
+    {
+        "name": "Qwen3-1.7B",
+        "hf_id": "Qwen/Qwen3-1.7B",
+        "why": "not in the reference set",
+        "config": hub_config(
+            model_type="qwen3",
+            hidden_size=2048,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            intermediate_size=6144,
+            vocab_size=151936,
+            tie_word_embeddings=True,
+            max_position_embeddings=40960,
+            torch_dtype="bfloat16",
+            attention_bias=False,
+            rms_norm_eps=1e-06,
+            rope_theta=1000000,
+        ),
+        "sources": [f"{MLC} ('qwen3_1.7b' preset, a config.json copy)"],
+    },
+    {
+        "name": "Meta-Llama-3-8B",
+        "hf_id": "meta-llama/Meta-Llama-3-8B",
+        "why": "context 8192 and no rope scaling (Llama-3.1-8B: 131072)",
+        "config": hub_config(
+            model_type="llama",
+            hidden_size=4096,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            intermediate_size=14336,
+            vocab_size=128256,
+            tie_word_embeddings=False,
+            max_position_embeddings=8192,
+            torch_dtype="bfloat16",
+            rope_theta=500000,
+        ),
+        "notes": ["torch_dtype from the checkpoint's tensors (all BF16 in the Hub record)"],
+        "safetensors_total": (8030261248, alain("meta-llama-meta-llama-3-8b", "model.json")),
+        "sources": [
+            f"{LITGPT} ('Llama-3-8B{{}}': block_size 8192, padded vocab 128256, rope_base 500000)",
+            alain("meta-llama-meta-llama-3-8b", "model.json"),
+        ],
+    },
+    {
+        "name": "Mistral-7B-v0.1",
+        "hf_id": "mistralai/Mistral-7B-v0.1",
+        "why": "vocab 32000 and sliding window 4096 (v0.3: 32768, none)",
+        "config": hub_config(
+            model_type="mistral",
+            hidden_size=4096,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            intermediate_size=14336,
+            vocab_size=32000,
+            tie_word_embeddings=False,
+            max_position_embeddings=32768,
+            torch_dtype="bfloat16",
+            rms_norm_eps=1e-05,
+            rope_theta=10000.0,
+            sliding_window=4096,
+        ),
+        "sources": [
+            f"{MLC} ('mistral_7b' preset: config.json of transformers 4.34.0.dev0, its "
+            "sliding_window renamed sliding_window_size)",
+            f"{LITGPT} ('Mistral-7B-{{}}v0.1': vocab 32000, sliding_window_size 4096)",
+        ],
+    },
+    {
+        "name": "OLMo-2-1124-13B",
+        "hf_id": "allenai/OLMo-2-1124-13B",
+        "why": "not in the reference set",
+        "config": hub_config(
+            model_type="olmo2",
+            hidden_size=5120,
+            num_hidden_layers=40,
+            num_attention_heads=40,
+            num_key_value_heads=40,
+            intermediate_size=13824,
+            vocab_size=100352,
+            tie_word_embeddings=False,
+            max_position_embeddings=4096,
+            torch_dtype="float32",
+            rms_norm_eps=1e-06,
+            rope_theta=500000.0,
+        ),
+        "sources": [
+            f"{MLC} ('olmo2_13b' preset, a config.json copy)",
+            f"{LITGPT} ('OLMo-2-1124-13B{{}}': the same shapes)",
+        ],
+    },
+    {
+        "name": "Phi-3-mini-128k-instruct",
+        "hf_id": "microsoft/Phi-3-mini-128k-instruct",
+        "why": "context 131072 (Phi-3-mini-4k-instruct: 4096)",
+        "config": hub_config(
+            model_type="phi3",
+            hidden_size=3072,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            intermediate_size=8192,
+            vocab_size=32064,
+            tie_word_embeddings=False,
+            max_position_embeddings=131072,
+        ),
+        "notes": ["torch_dtype not in the source; shapes and block_size 131072 from litgpt"],
+        "sources": [f"{LITGPT} ('Phi-3-mini-128k-instruct')"],
+    },
+    {
+        "name": "Phi-4-reasoning",
+        "hf_id": "microsoft/Phi-4-reasoning",
+        "why": "context 32768 (phi-4: 16384)",
+        "config": hub_config(
+            model_type="phi3",
+            hidden_size=5120,
+            num_hidden_layers=40,
+            num_attention_heads=40,
+            num_key_value_heads=10,
+            intermediate_size=17920,
+            vocab_size=100352,
+            tie_word_embeddings=False,
+            max_position_embeddings=32768,
+            rope_theta=500000,
+        ),
+        "notes": ["torch_dtype not in the source; shapes and block_size 32768 from litgpt"],
+        "sources": [f"{LITGPT} ('Phi-4-reasoning')"],
+    },
+]
+
+# (alias, target, evidence, sources, extra): the target is a catalogue id or another alias.
+INSTRUCT: list[tuple[str, str, str, list[str], dict[str, Any]]] = [
+    (
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "Qwen/Qwen2.5-0.5B",
+        "template",
+        [
+            f"{LITGPT} ('Qwen2.5-0.5B{{}}')",
+            f"{alain('gensyn-qwen2-5-0-5b-instruct')} (a fine-tune of it: same fields)",
+        ],
+        {},
+    ),
+    (
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        "Qwen/Qwen2.5-1.5B",
+        "config",
+        [alain("qwen-qwen2-5-1-5b-instruct")],
+        {
+            "config": hub_config(
+                model_type="qwen2",
+                hidden_size=1536,
+                num_hidden_layers=28,
+                num_attention_heads=12,
+                num_key_value_heads=2,
+                intermediate_size=8960,
+                vocab_size=151936,
+                tie_word_embeddings=True,
+                max_position_embeddings=32768,
+                torch_dtype="bfloat16",
+            ),
+            "safetensors_total": (
+                1543714304,
+                alain("qwen-qwen2-5-1-5b-instruct", "model.json"),
+            ),
+        },
+    ),
+    (
+        "Qwen/Qwen2.5-3B-Instruct",
+        "Qwen/Qwen2.5-3B",
+        "config",
+        [alain("qwen-qwen2-5-3b-instruct")],
+        {
+            "config": hub_config(
+                model_type="qwen2",
+                hidden_size=2048,
+                num_hidden_layers=36,
+                num_attention_heads=16,
+                num_key_value_heads=2,
+                intermediate_size=11008,
+                vocab_size=151936,
+                tie_word_embeddings=True,
+                max_position_embeddings=32768,
+                torch_dtype="bfloat16",
+            ),
+            "safetensors_total": (3085938688, alain("qwen-qwen2-5-3b-instruct", "model.json")),
+        },
+    ),
+    (
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",
+        "Qwen/Qwen2.5-32B",
+        "config",
+        [alain("deepseek-ai-deepseek-r1-distill-qwen-32b")],
+        {
+            "config": hub_config(
+                model_type="qwen2",
+                hidden_size=5120,
+                num_hidden_layers=64,
+                num_attention_heads=40,
+                num_key_value_heads=8,
+                intermediate_size=27648,
+                vocab_size=152064,
+                tie_word_embeddings=False,
+                max_position_embeddings=131072,
+                torch_dtype="bfloat16",
+            ),
+            "safetensors_total": (
+                32763876352,
+                alain("deepseek-ai-deepseek-r1-distill-qwen-32b", "model.json"),
+            ),
+            "note": "a distill fine-tuned from Qwen2.5-32B; rms_norm_eps 1e-05 (no effect on "
+            "memory)",
+        },
+    ),
+    (
+        "meta-llama/Meta-Llama-3-8B-Instruct",
+        "meta-llama/Meta-Llama-3-8B",
+        "template",
+        [f"{LITGPT} ('Llama-3-8B{{}}', expanded to '' and '-Instruct')"],
+        {},
+    ),
+    (
+        "meta-llama/Meta-Llama-3.1-8B",
+        "meta-llama/Llama-3.1-8B",
+        "template",
+        [f"{LITGPT} ('Llama-3.1-8B{{}}' names the Hub repo Meta-Llama-3.1-8B{{}})"],
+        {"note": "the repo's name before Meta renamed it Llama-3.1-8B"},
+    ),
+    (
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "meta-llama/Llama-3.1-8B",
+        "config",
+        [
+            f"{MLC} ('llama3_1_8b' preset: the Instruct config.json, eos_token_id "
+            "[128001, 128008, 128009])",
+            f"{LITGPT} ('Llama-3.1-8B{{}}')",
+        ],
+        {
+            "config": hub_config(
+                model_type="llama",
+                hidden_size=4096,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                num_key_value_heads=8,
+                intermediate_size=14336,
+                vocab_size=128256,
+                tie_word_embeddings=False,
+                max_position_embeddings=131072,
+                torch_dtype="bfloat16",
+                attention_bias=False,
+                mlp_bias=False,
+            ),
+            "safetensors_total": (
+                8030261248,
+                alain("meta-llama-llama-3-1-8b-instruct", "model.json"),
+            ),
+        },
+    ),
+    (
+        "meta-llama/Meta-Llama-3.1-8B-Instruct",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "template",
+        [f"{LITGPT} ('Llama-3.1-8B{{}}' names the Hub repo Meta-Llama-3.1-8B{{}})"],
+        {"note": "the repo's name before Meta renamed it Llama-3.1-8B-Instruct"},
+    ),
+    (
+        "deepseek-ai/DeepSeek-R1-Distill-Llama-8B",
+        "meta-llama/Llama-3.1-8B",
+        "config",
+        [alain("deepseek-ai-deepseek-r1-distill-llama-8b")],
+        {
+            "config": hub_config(
+                model_type="llama",
+                hidden_size=4096,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                num_key_value_heads=8,
+                intermediate_size=14336,
+                vocab_size=128256,
+                tie_word_embeddings=False,
+                max_position_embeddings=131072,
+                torch_dtype="bfloat16",
+                attention_bias=False,
+                mlp_bias=False,
+            ),
+            "safetensors_total": (
+                8030261248,
+                alain("deepseek-ai-deepseek-r1-distill-llama-8b", "model.json"),
+            ),
+            "note": "a distill fine-tuned from Llama-3.1-8B",
+        },
+    ),
+    (
+        "meta-llama/Meta-Llama-3.1-70B",
+        "meta-llama/Llama-3.1-70B",
+        "template",
+        [f"{LITGPT} ('Llama-3.1-70B{{}}' names the Hub repo Meta-Llama-3.1-70B{{}})"],
+        {"note": "the repo's name before Meta renamed it Llama-3.1-70B"},
+    ),
+    (
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "meta-llama/Llama-3.1-70B",
+        "template",
+        [f"{LITGPT} ('Llama-3.1-70B{{}}')"],
+        {},
+    ),
+    (
+        "meta-llama/Meta-Llama-3.1-70B-Instruct",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "template",
+        [f"{LITGPT} ('Llama-3.1-70B{{}}' names the Hub repo Meta-Llama-3.1-70B{{}})"],
+        {"note": "the repo's name before Meta renamed it Llama-3.1-70B-Instruct"},
+    ),
+    (
+        "meta-llama/Llama-3.3-70B-Instruct",
+        "meta-llama/Llama-3.1-70B",
+        "template",
+        [
+            f"{LITGPT} ('Llama-3.3-70B-Instruct': every field as 'Llama-3.1-70B{{}}', "
+            "block_size 131072, rope scaling factor 8)"
+        ],
+        {"note": "Llama 3.3 is a new post-training of the Llama 3.1 70B architecture"},
+    ),
+    (
+        "meta-llama/Llama-3.2-1B-Instruct",
+        "meta-llama/Llama-3.2-1B",
+        "template",
+        [f"{LITGPT} ('Llama-3.2-1B{{}}')"],
+        {
+            "safetensors_total": (
+                1235814400,
+                alain("meta-llama-llama-3-2-1b-instruct", "model.json"),
+            )
+        },
+    ),
+    (
+        "meta-llama/Llama-3.2-3B-Instruct",
+        "meta-llama/Llama-3.2-3B",
+        "config",
+        [
+            f"{alain('context-labs-meta-llama-llama-3-2-3b-instruct-fp16')} (context-labs' "
+            "copy of it)",
+            f"{LITGPT} ('Llama-3.2-3B{{}}')",
+        ],
+        {
+            "config": hub_config(
+                model_type="llama",
+                hidden_size=3072,
+                num_hidden_layers=28,
+                num_attention_heads=24,
+                num_key_value_heads=8,
+                head_dim=128,
+                intermediate_size=8192,
+                vocab_size=128256,
+                tie_word_embeddings=True,
+                max_position_embeddings=131072,
+                torch_dtype="bfloat16",
+                attention_bias=False,
+                mlp_bias=False,
+            ),
+            "safetensors_total": (
+                3212749824,
+                alain("context-labs-meta-llama-llama-3-2-3b-instruct-fp16", "model.json"),
+            ),
+        },
+    ),
+    (
+        "context-labs/meta-llama-Llama-3.2-3B-Instruct-FP16",
+        "meta-llama/Llama-3.2-3B-Instruct",
+        "re-upload",
+        [alain("context-labs-meta-llama-llama-3-2-3b-instruct-fp16")],
+        {"note": "context-labs' re-upload"},
+    ),
+    (
+        "meta-llama/Llama-2-7b-chat-hf",
+        "meta-llama/Llama-2-7b-hf",
+        "template",
+        [f"{LITGPT} ('Llama-2-7b{{}}-hf', expanded to '' and '-chat')"],
+        {},
+    ),
+    (
+        "mistralai/Mistral-7B-Instruct-v0.1",
+        "mistralai/Mistral-7B-v0.1",
+        "template",
+        [f"{LITGPT} ('Mistral-7B-{{}}v0.1', expanded to '' and 'Instruct-')"],
+        {},
+    ),
+    (
+        "mistralai/Mistral-7B-Instruct-v0.2",
+        "mistralai/Mistral-7B-v0.1",
+        "template",
+        [f"{LITGPT} ('Mistral-7B-Instruct-v0.2': vocab 32000, block_size 32768)"],
+        {
+            "note": "v0.2 uses rope_theta 1e6 and no sliding window; the shapes, vocab and "
+            "context the estimator reads are v0.1's"
+        },
+    ),
+    (
+        "mistralai/Mistral-7B-Instruct-v0.3",
+        "mistralai/Mistral-7B-v0.3",
+        "template",
+        [f"{LITGPT} ('Mistral-7B-Instruct-v0.3': every field as 'Mistral-7B-v0.3')"],
+        {},
+    ),
+    (
+        "mistralai/Mixtral-8x7B-Instruct-v0.1",
+        "mistralai/Mixtral-8x7B-v0.1",
+        "template",
+        [f"{LITGPT} ('Mixtral-8x7B-{{}}v0.1')"],
+        {},
+    ),
+    *(
+        (
+            f"google/gemma-2-{size}-it",
+            f"google/gemma-2-{size}",
+            "template",
+            [f"{LITGPT} ('Gemma-2-{size}' copied to 'Gemma-2-{size}-it')"],
+            {},
+        )
+        for size in ("2b", "9b", "27b")
+    ),
+    *(
+        (
+            f"HuggingFaceTB/SmolLM2-{size}-Instruct",
+            f"HuggingFaceTB/SmolLM2-{size}",
+            "template",
+            [f"{LITGPT} ('SmolLM2-{size}{{}}', expanded to '' and '-Instruct')"],
+            {},
+        )
+        for size in ("135M", "360M", "1.7B")
+    ),
+    *(
+        (
+            f"allenai/OLMo-2-1124-{size}{kind}",
+            f"allenai/OLMo-2-1124-{size}",
+            "template",
+            [f"{LITGPT} ('OLMo-2-1124-{size}{{}}', expanded to '', -SFT, -DPO, -Instruct)"],
+            {},
+        )
+        for size in ("7B", "13B")
+        for kind in ("-SFT", "-DPO", "-Instruct")
+    ),
+]
+
+# AWQ and GPTQ checkpoints (alias, its 16-bit original, format, sources): refused when planned,
+# since the estimator models bitsandbytes 4-bit only.
+REFUSED: list[tuple[str, str, str, list[str]]] = [
+    (
+        "casperhansen/llama-3-8b-instruct-awq",
+        "meta-llama/Meta-Llama-3-8B-Instruct",
+        "awq",
+        ["public vLLM deployment configs serve it with --quantization awq"],
+    ),
+]
+
+# unsloth/models/mapper.py __INT_TO_FLOAT_MAPPER rows (4-bit repo: its 16-bit repos and the
+# original, in the mapper's order; FP8 variants left out), for the catalogue's models only
+# (gpt-oss-120b waits: tests/core/test_params.py wants every model 1000x under MAX_PARAMS).
+UNSLOTH_ROWS: list[tuple[str, tuple[str, ...]]] = [
+    ("unsloth/mistral-7b-bnb-4bit", ("unsloth/mistral-7b", "mistralai/Mistral-7B-v0.1")),
+    ("unsloth/llama-2-7b-bnb-4bit", ("unsloth/llama-2-7b", "meta-llama/Llama-2-7b-hf")),
+    (
+        "unsloth/mistral-7b-instruct-v0.1-bnb-4bit",
+        ("unsloth/mistral-7b-instruct-v0.1", "mistralai/Mistral-7B-Instruct-v0.1"),
+    ),
+    (
+        "unsloth/mistral-7b-instruct-v0.2-bnb-4bit",
+        ("unsloth/mistral-7b-instruct-v0.2", "mistralai/Mistral-7B-Instruct-v0.2"),
+    ),
+    (
+        "unsloth/llama-2-7b-chat-bnb-4bit",
+        ("unsloth/llama-2-7b-chat", "meta-llama/Llama-2-7b-chat-hf"),
+    ),
+    (
+        "unsloth/Mixtral-8x7B-v0.1-unsloth-bnb-4bit",
+        (
+            "unsloth/Mixtral-8x7B-v0.1",
+            "mistralai/Mixtral-8x7B-v0.1",
+            "unsloth/Mixtral-8x7B-v0.1-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/Mixtral-8x7B-Instruct-v0.1-unsloth-bnb-4bit",
+        (
+            "unsloth/Mixtral-8x7B-Instruct-v0.1",
+            "mistralai/Mixtral-8x7B-Instruct-v0.1",
+            "unsloth/Mixtral-8x7B-Instruct-v0.1-bnb-4bit",
+        ),
+    ),
+    ("unsloth/llama-3-8b-bnb-4bit", ("unsloth/llama-3-8b", "meta-llama/Meta-Llama-3-8B")),
+    (
+        "unsloth/Phi-3-mini-4k-instruct-bnb-4bit",
+        ("unsloth/Phi-3-mini-4k-instruct", "microsoft/Phi-3-mini-4k-instruct"),
+    ),
+    ("unsloth/mistral-7b-v0.3-bnb-4bit", ("unsloth/mistral-7b-v0.3", "mistralai/Mistral-7B-v0.3")),
+    (
+        "unsloth/mistral-7b-instruct-v0.3-bnb-4bit",
+        ("unsloth/mistral-7b-instruct-v0.3", "mistralai/Mistral-7B-Instruct-v0.3"),
+    ),
+    ("unsloth/gemma-2-9b-bnb-4bit", ("unsloth/gemma-2-9b", "google/gemma-2-9b")),
+    ("unsloth/gemma-2-27b-bnb-4bit", ("unsloth/gemma-2-27b", "google/gemma-2-27b")),
+    ("unsloth/gemma-2-9b-it-bnb-4bit", ("unsloth/gemma-2-9b-it", "google/gemma-2-9b-it")),
+    ("unsloth/gemma-2-27b-it-bnb-4bit", ("unsloth/gemma-2-27b-it", "google/gemma-2-27b-it")),
+    (
+        "unsloth/Mistral-Nemo-Base-2407-bnb-4bit",
+        ("unsloth/Mistral-Nemo-Base-2407", "mistralai/Mistral-Nemo-Base-2407"),
+    ),
+    (
+        "unsloth/Meta-Llama-3.1-8B-unsloth-bnb-4bit",
+        (
+            "unsloth/Meta-Llama-3.1-8B",
+            "meta-llama/Meta-Llama-3.1-8B",
+            "unsloth/Meta-Llama-3.1-8B-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/Meta-Llama-3.1-8B-Instruct-unsloth-bnb-4bit",
+        (
+            "unsloth/Meta-Llama-3.1-8B-Instruct",
+            "meta-llama/Meta-Llama-3.1-8B-Instruct",
+            "unsloth/Meta-Llama-3.1-8B-Instruct-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/Llama-3.1-8B-unsloth-bnb-4bit",
+        ("unsloth/Llama-3.1-8B", "meta-llama/Llama-3.1-8B", "unsloth/Llama-3.1-8B-bnb-4bit"),
+    ),
+    (
+        "unsloth/Llama-3.1-8B-Instruct-unsloth-bnb-4bit",
+        (
+            "unsloth/Llama-3.1-8B-Instruct",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "unsloth/Llama-3.1-8B-Instruct-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/Meta-Llama-3.1-70B-bnb-4bit",
+        ("unsloth/Meta-Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-70B"),
+    ),
+    (
+        "unsloth/Meta-Llama-3.1-70B-Instruct-bnb-4bit",
+        ("unsloth/Meta-Llama-3.1-70B-Instruct", "meta-llama/Meta-Llama-3.1-70B-Instruct"),
+    ),
+    ("unsloth/gemma-2-2b-bnb-4bit", ("unsloth/gemma-2-2b", "google/gemma-2-2b")),
+    ("unsloth/gemma-2-2b-it-bnb-4bit", ("unsloth/gemma-2-2b-it", "google/gemma-2-2b-it")),
+    (
+        "unsloth/Phi-3.5-mini-instruct-bnb-4bit",
+        ("unsloth/Phi-3.5-mini-instruct", "microsoft/Phi-3.5-mini-instruct"),
+    ),
+    (
+        "unsloth/Qwen2.5-0.5B-Instruct-unsloth-bnb-4bit",
+        (
+            "unsloth/Qwen2.5-0.5B-Instruct",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            "unsloth/Qwen2.5-0.5B-Instruct-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/Qwen2.5-1.5B-Instruct-unsloth-bnb-4bit",
+        (
+            "unsloth/Qwen2.5-1.5B-Instruct",
+            "Qwen/Qwen2.5-1.5B-Instruct",
+            "unsloth/Qwen2.5-1.5B-Instruct-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/Qwen2.5-3B-Instruct-unsloth-bnb-4bit",
+        (
+            "unsloth/Qwen2.5-3B-Instruct",
+            "Qwen/Qwen2.5-3B-Instruct",
+            "unsloth/Qwen2.5-3B-Instruct-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/Qwen2.5-7B-Instruct-unsloth-bnb-4bit",
+        (
+            "unsloth/Qwen2.5-7B-Instruct",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "unsloth/Qwen2.5-7B-Instruct-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/Qwen2.5-0.5B-unsloth-bnb-4bit",
+        ("unsloth/Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B", "unsloth/Qwen2.5-0.5B-bnb-4bit"),
+    ),
+    (
+        "unsloth/Qwen2.5-1.5B-unsloth-bnb-4bit",
+        ("unsloth/Qwen2.5-1.5B", "Qwen/Qwen2.5-1.5B", "unsloth/Qwen2.5-1.5B-bnb-4bit"),
+    ),
+    (
+        "unsloth/Qwen2.5-3B-unsloth-bnb-4bit",
+        ("unsloth/Qwen2.5-3B", "Qwen/Qwen2.5-3B", "unsloth/Qwen2.5-3B-bnb-4bit"),
+    ),
+    (
+        "unsloth/Qwen2.5-7B-unsloth-bnb-4bit",
+        ("unsloth/Qwen2.5-7B", "Qwen/Qwen2.5-7B", "unsloth/Qwen2.5-7B-bnb-4bit"),
+    ),
+    (
+        "unsloth/Qwen2.5-14B-unsloth-bnb-4bit",
+        ("unsloth/Qwen2.5-14B", "Qwen/Qwen2.5-14B", "unsloth/Qwen2.5-14B-bnb-4bit"),
+    ),
+    ("unsloth/Qwen2.5-32B-bnb-4bit", ("unsloth/Qwen2.5-32B", "Qwen/Qwen2.5-32B")),
+    ("unsloth/Qwen2.5-72B-bnb-4bit", ("unsloth/Qwen2.5-72B", "Qwen/Qwen2.5-72B")),
+    (
+        "unsloth/Llama-3.2-1B-unsloth-bnb-4bit",
+        ("unsloth/Llama-3.2-1B", "meta-llama/Llama-3.2-1B", "unsloth/Llama-3.2-1B-bnb-4bit"),
+    ),
+    (
+        "unsloth/Llama-3.2-3B-unsloth-bnb-4bit",
+        ("unsloth/Llama-3.2-3B", "meta-llama/Llama-3.2-3B", "unsloth/Llama-3.2-3B-bnb-4bit"),
+    ),
+    (
+        "unsloth/Llama-3.2-1B-Instruct-unsloth-bnb-4bit",
+        (
+            "unsloth/Llama-3.2-1B-Instruct",
+            "meta-llama/Llama-3.2-1B-Instruct",
+            "unsloth/Llama-3.2-1B-Instruct-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/Llama-3.2-3B-Instruct-unsloth-bnb-4bit",
+        (
+            "unsloth/Llama-3.2-3B-Instruct",
+            "meta-llama/Llama-3.2-3B-Instruct",
+            "unsloth/Llama-3.2-3B-Instruct-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/Llama-3.3-70B-Instruct-unsloth-bnb-4bit",
+        (
+            "unsloth/Llama-3.3-70B-Instruct",
+            "meta-llama/Llama-3.3-70B-Instruct",
+            "unsloth/Llama-3.3-70B-Instruct-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/phi-4-unsloth-bnb-4bit",
+        ("unsloth/phi-4", "microsoft/phi-4", "unsloth/phi-4-bnb-4bit"),
+    ),
+    (
+        "unsloth/DeepSeek-R1-Distill-Qwen-32B-bnb-4bit",
+        ("unsloth/DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"),
+    ),
+    (
+        "unsloth/DeepSeek-R1-Distill-Qwen-7B-unsloth-bnb-4bit",
+        (
+            "unsloth/DeepSeek-R1-Distill-Qwen-7B",
+            "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+            "unsloth/DeepSeek-R1-Distill-Qwen-7B-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/DeepSeek-R1-Distill-Llama-8B-unsloth-bnb-4bit",
+        (
+            "unsloth/DeepSeek-R1-Distill-Llama-8B",
+            "deepseek-ai/DeepSeek-R1-Distill-Llama-8B",
+            "unsloth/DeepSeek-R1-Distill-Llama-8B-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/gemma-3-1b-it-unsloth-bnb-4bit",
+        ("unsloth/gemma-3-1b-it", "google/gemma-3-1b-it", "unsloth/gemma-3-1b-it-bnb-4bit"),
+    ),
+    (
+        "unsloth/gemma-3-4b-it-unsloth-bnb-4bit",
+        ("unsloth/gemma-3-4b-it", "google/gemma-3-4b-it", "unsloth/gemma-3-4b-it-bnb-4bit"),
+    ),
+    (
+        "unsloth/gemma-3-12b-it-unsloth-bnb-4bit",
+        ("unsloth/gemma-3-12b-it", "google/gemma-3-12b-it", "unsloth/gemma-3-12b-it-bnb-4bit"),
+    ),
+    (
+        "unsloth/gemma-3-27b-it-unsloth-bnb-4bit",
+        ("unsloth/gemma-3-27b-it", "google/gemma-3-27b-it", "unsloth/gemma-3-27b-it-bnb-4bit"),
+    ),
+    (
+        "unsloth/Qwen3-0.6B-unsloth-bnb-4bit",
+        ("unsloth/Qwen3-0.6B", "Qwen/Qwen3-0.6B", "unsloth/Qwen3-0.6B-bnb-4bit"),
+    ),
+    (
+        "unsloth/Qwen3-1.7B-unsloth-bnb-4bit",
+        ("unsloth/Qwen3-1.7B", "Qwen/Qwen3-1.7B", "unsloth/Qwen3-1.7B-bnb-4bit"),
+    ),
+    (
+        "unsloth/Qwen3-4B-unsloth-bnb-4bit",
+        ("unsloth/Qwen3-4B", "Qwen/Qwen3-4B", "unsloth/Qwen3-4B-bnb-4bit"),
+    ),
+    (
+        "unsloth/Qwen3-8B-unsloth-bnb-4bit",
+        ("unsloth/Qwen3-8B", "Qwen/Qwen3-8B", "unsloth/Qwen3-8B-bnb-4bit"),
+    ),
+    (
+        "unsloth/Qwen3-14B-unsloth-bnb-4bit",
+        ("unsloth/Qwen3-14B", "Qwen/Qwen3-14B", "unsloth/Qwen3-14B-bnb-4bit"),
+    ),
+    (
+        "unsloth/Qwen3-32B-unsloth-bnb-4bit",
+        ("unsloth/Qwen3-32B", "Qwen/Qwen3-32B", "unsloth/Qwen3-32B-bnb-4bit"),
+    ),
+    (
+        "unsloth/Qwen3-30B-A3B-unsloth-bnb-4bit",
+        ("unsloth/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B", "unsloth/Qwen3-30B-A3B-bnb-4bit"),
+    ),
+    (
+        "unsloth/phi-4-reasoning-unsloth-bnb-4bit",
+        (
+            "unsloth/phi-4-reasoning",
+            "microsoft/Phi-4-reasoning",
+            "unsloth/phi-4-reasoning-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/gpt-oss-20b-unsloth-bnb-4bit",
+        ("unsloth/gpt-oss-20b", "openai/gpt-oss-20b", "unsloth/gpt-oss-20b-unsloth-bnb-4bit"),
+    ),
+]
