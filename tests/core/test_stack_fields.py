@@ -47,6 +47,7 @@ def test_auto_loss_follows_the_stack():
         "axolotl": "standard",
         "llama-factory": "standard",
         "loop": "standard",
+        "unsloth": "fused",  # Unsloth's own fused loss (test_unsloth_stack.py)
     }
     assert plan(stack="trl", loss="standard").loss_kind == "standard"
 

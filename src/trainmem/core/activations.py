@@ -34,6 +34,9 @@ class LayerActivations:
     scores_transient: int = 0  # eager attention's backward, bytes per token per key position
     int8_inputs: int = 0  # LLM.int8 linears' inputs, held by bitsandbytes (bytes per token)
     int8_inputs_extra: int = 0  # the part of those that the saves above do not hold already
+    # the layer's own input, held by its saves (Unsloth's RMSNorm saves X): without
+    # checkpointing kept on top of ``saved``; under checkpointing it is the checkpoint itself
+    input_kept: int = 0
 
 
 def _input_saves(
@@ -73,9 +76,47 @@ def _norm_saves(spec: ModelSpec, plan: Plan, dt: Dtypes, width: int) -> int:
     return 4 * width + (normalised * width if plan.training.trains_base else 0)
 
 
+# The model types Unsloth's FastLlamaModel family patches (unsloth 015bdef,
+# unsloth/models/llama.py FastLlamaModel.patch_peft_model: its apply_lora_mlp table; falcon_h1
+# is listed but its MLP is left unpatched, qwen3moe's experts are not these linears).
+UNSLOTH_FAST_MODELS = ("llama", "mistral", "qwen2", "gemma", "gemma2", "cohere", "granite", "qwen3")
+
+
+@dataclass(frozen=True)
+class UnslothPaths:
+    """Which of Unsloth's LoRA autograd functions run (unsloth/kernels/fast_lora.py)."""
+
+    qkv: bool = False  # LoRA_QKV: q, k and v from one input
+    o: bool = False  # LoRA_W on o_proj
+    mlp: bool = False  # LoRA_MLP: gate, up, act and down in one function
+
+
+def unsloth_lora_paths(spec: ModelSpec, plan: Plan) -> UnslothPaths:
+    """The fused LoRA paths FastLlamaModel.patch_peft_model installs (unsloth/models/llama.py):
+    only with lora_dropout 0 (and bias "none"), each where every projection it covers is
+    adapted and has no bias (Qwen2's q/k/v biases keep PEFT's layers there), no DoRA."""
+    if not (plan.tooling.fused_lora and plan.trains_adapter and plan.lora_dropout == 0):
+        return UnslothPaths()
+    if spec.model_type not in UNSLOTH_FAST_MODELS or spec.fused or spec.is_moe:
+        return UnslothPaths()
+    targets = set(plan.target_modules)
+    return UnslothPaths(
+        qkv={"q", "k", "v"} <= targets and not spec.qkv_bias,
+        o="o" in targets and not spec.o_bias,
+        mlp={"gate", "up", "down"} <= targets and not spec.mlp_bias,
+    )
+
+
+# Unsloth's RMSNorm kernel (unsloth/kernels/rms_layernorm.py Fast_RMS_Layernorm.forward) saves
+# its input X as it is and an fp32 inverse RMS per row: 4 bytes per token beyond X.
+UNSLOTH_NORM_ROW = 4
+
+
 def layer_activations(
     spec: ModelSpec, plan: Plan, dt: Dtypes, kernels: Kernels = "cuda"
 ) -> LayerActivations:
+    if unsloth_fast_layer(spec, plan):
+        return _unsloth_layer(spec, plan, dt, kernels)
     h, qd, kvd = spec.hidden, spec.q_dim, spec.kv_dim
     e, r = dt.act, dt.resid
     attn_e = 2 if dt.autocast else e  # SDPA runs on 16-bit copies under autocast
@@ -126,6 +167,66 @@ def layer_activations(
         scores_transient=spec.heads * _softmax_backward(plan, attn_e, kernels) if eager else 0,
         int8_inputs=int8_all,
         int8_inputs_extra=int8_extra,
+    )
+
+
+def unsloth_fast_layer(spec: ModelSpec, plan: Plan) -> bool:
+    """Whether the decoder layer is Unsloth's (LlamaDecoderLayer_fast_forward and kin, with its
+    RMSNorm kernel): on its fast models under LoRA / QLoRA with sdpa-like attention."""
+    return (
+        plan.tooling.fused_lora
+        and plan.trains_adapter
+        and spec.model_type in UNSLOTH_FAST_MODELS
+        and not (spec.fused or spec.is_moe)
+        and plan.attn != "eager"
+    )
+
+
+def _unsloth_layer(spec: ModelSpec, plan: Plan, dt: Dtypes, kernels: Kernels) -> LayerActivations:
+    """One Unsloth decoder layer (unsloth/models/llama.py LlamaDecoderLayer_fast_forward,
+    LlamaAttention_fast_forward): what each autograd function saves, bytes per token.
+
+    - RMSNorm kernel: X and an fp32 inverse RMS. The first norm's X is the layer's input
+      (``input_kept``), the second's the residual after attention.
+    - LoRA_QKV (fast_lora.py): X (the norm's output) once for q, k and v; the LoRA A/B weights
+      it saves are parameters. RoPE's kernel saves only the shared cos / sin tables.
+    - attention (flash-attention / SDPA): q, k, v, the output and a log-sum-exp per row, as the
+      standard count; LoRA_W on o_proj saves X, which is that output itself.
+    - LoRA_MLP: X (the norm's output), e = X @ G and g = X @ U; the SwiGLU output is recomputed
+      in backward. Its backward holds DW = dY @ W_down^T (tokens x intermediate) and writes the
+      SwiGLU gradients and dX in place into e, g and X (swiglu_DWf_DW_dfg_kernel,
+      ``out = X``).
+    A projection left on PEFT's path (a bias, a missing target, dropout) is counted as PEFT's."""
+    paths = unsloth_lora_paths(spec, plan)
+    h, qd, kvd = spec.hidden, spec.q_dim, spec.kv_dim
+    e, r = dt.act, dt.resid
+    saved = 2 * UNSLOTH_NORM_ROW + r * h  # the second norm's X (the first's is the input)
+    qkv = ["q", "k", "v"]
+    saved += r * h if paths.qkv else _input_saves(plan, dt, h, r, qkv, kernels)
+    # attention: flash-attention (attn flash-attention-2, if installed) saves k / v as they are;
+    # otherwise Unsloth runs xformers, a dependency of its install, and repeats k / v to every
+    # head first when training (unsloth/utils/attention_dispatch.py run_attention, XFORMERS)
+    kv = kvd if plan.attn == "flash-attention-2" else qd
+    saved += e * (qd + 2 * kv) + e * qd + 4 * spec.heads
+    if not paths.o:
+        saved += _input_saves(plan, dt, qd, e, ["o"], kernels)
+    i = spec.intermediate
+    if paths.mlp:
+        saved += r * h + 2 * e * i
+        transient = 2 * r * h + e * i
+    else:
+        saved += _input_saves(plan, dt, h, r, ["gate", "up"], kernels)
+        saved += 3 * e * i + _input_saves(plan, dt, i, e, ["down"], kernels)
+        transient = 2 * r * h + 3 * e * i
+    int8_all, int8_extra = _int8_inputs(spec, plan, dt, e)
+    return LayerActivations(
+        saved=saved,
+        checkpoint=r * h,
+        backward_transient=transient,
+        attention_scores=0,
+        int8_inputs=int8_all,
+        int8_inputs_extra=int8_extra,
+        input_kept=r * h,
     )
 
 
@@ -225,7 +326,7 @@ def head_activations(spec: ModelSpec, plan: Plan, dt: Dtypes) -> HeadActivations
     """
     v, h = spec.vocab, spec.hidden
     logits_e = 2 if dt.autocast else dt.act
-    if plan.training.kbit_prep and plan.kbit_prep:
+    if plan.training.kbit_prep and plan.kbit_prep and plan.tooling.kbit_upcast:
         logits_e = 4  # fp32 lm_head after prepare_model_for_kbit_training
     saved = final_norm_saves(spec, plan, dt)
     if plan.trains_lm_head:
@@ -241,7 +342,10 @@ def head_activations(spec: ModelSpec, plan: Plan, dt: Dtypes) -> HeadActivations
 
 
 def final_norm_saves(spec: ModelSpec, plan: Plan, dt: Dtypes) -> int:
-    """The final RMSNorm's saves, bytes per token."""
+    """The final RMSNorm's saves, bytes per token (Unsloth's kernel: X and the inverse RMS;
+    unsloth/models/llama.py LlamaModel_fast_forward calls fast_rms_layernorm on self.norm)."""
+    if unsloth_fast_layer(spec, plan):
+        return dt.resid * spec.hidden + UNSLOTH_NORM_ROW
     return _norm_saves(spec, plan, dt, spec.hidden)
 
 

@@ -106,6 +106,9 @@ class ModelSpec:
     assumed: bool = False  # dimensions guessed from a bare parameter count
     exact_params: int | None = None  # from safetensors headers, when known
     context: int = 0  # max_position_embeddings, the longest sequence it was built for; 0: unknown
+    # Elements of the decoder's linear weights a pre-quantized checkpoint keeps in 16-bit: its
+    # quantization_config's llm_int8_skip_modules (Unsloth's "dynamic 4-bit" checkpoints).
+    unquantized_elements: int = 0
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -379,6 +382,14 @@ def spec_from_config(
         context=_int(cfg, "max_position_embeddings", 0),
         notes=tuple(notes),
     )
+    skipped = _skipped_modules(cfg)
+    if skipped:
+        kept = unquantized_elements(spec, skipped)
+        spec = replace(spec, unquantized_elements=kept)
+        if kept:
+            share = kept / (spec.layers * spec.layer_weight_elements)
+            note = f"its quantization_config keeps {share:.1%} of the decoder's linear weights"
+            spec = replace(spec, notes=(*spec.notes, f"{note} in 16-bit (llm_int8_skip_modules)"))
     if spec.architecture_params > MAX_PARAMS:
         raise PlanError(
             "model",
@@ -386,6 +397,61 @@ def spec_from_config(
             f"over the {fmt_count(MAX_PARAMS)} this planner accepts",
         )
     return spec
+
+
+MAX_SKIPPED = 10_000  # llm_int8_skip_modules entries read (a dynamic quant lists a few dozen)
+
+
+def _skipped_modules(cfg: dict[str, Any]) -> tuple[str, ...]:
+    """quantization_config.llm_int8_skip_modules: the names a pre-quantized checkpoint left
+    unquantized; anything that is not a short list of names is refused."""
+    quant = cfg.get("quantization_config")
+    if not isinstance(quant, dict) or quant.get("llm_int8_skip_modules") is None:
+        return ()
+    names = quant["llm_int8_skip_modules"]
+    if (
+        not isinstance(names, list)
+        or len(names) > MAX_SKIPPED
+        or not all(isinstance(n, str) and 0 < len(n) <= 200 for n in names)
+    ):
+        raise PlanError(
+            "model",
+            "config.json field 'quantization_config.llm_int8_skip_modules' must be a list of "
+            f"module names (at most {MAX_SKIPPED:,})",
+        )
+    return tuple(names)
+
+
+def _skips(name: str, pattern: str) -> bool:
+    """transformers 5.24 quantizers/quantizers_utils.py should_convert_module, with the
+    pattern taken literally (never as a regex of untrusted text): from the start up to a
+    module boundary, or as a suffix."""
+    if name.endswith(pattern):
+        return True
+    if not name.startswith(pattern):
+        return False
+    return len(name) == len(pattern) or pattern.endswith(".") or name[len(pattern)] == "."
+
+
+_HF_NAMES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj"}
+_HF_NAMES |= {"o": "self_attn.o_proj", "qkv": "self_attn.qkv_proj"}
+_HF_NAMES |= {"gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+_HF_NAMES |= {"gate_up": "mlp.gate_up_proj"}
+
+
+def unquantized_elements(spec: ModelSpec, skipped: tuple[str, ...]) -> int:
+    """Elements of the decoder's linear weights (``model.layers.N.self_attn.q_proj``...) that
+    a skip list keeps in 16-bit. MoE experts are not matched."""
+    total = 0
+    for layer in range(spec.layers):
+        for lin in spec.linears():
+            module = _HF_NAMES.get(lin.name)
+            if module is None or lin.expert:
+                continue
+            name = f"model.layers.{layer}.{module}"
+            if any(_skips(name, p) for p in skipped):
+                total += lin.count * lin.in_features * lin.out_features
+    return total
 
 
 def _dtype_name(value: object) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from trainmem.core.activations import Kernels, autocast_copy_bytes, layer_activations
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.losses import loss_head
+from trainmem.core.offload import checkpoint_offload
 from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes, dtypes
 from trainmem.core.recipes import recipe
@@ -147,6 +148,10 @@ class Step:
     grad_inflight: int = -1  # one layer's unsharded gradient in backward (-1: grad_layer)
     embedding_grads: int = -1  # gradients alive at the embedding's backward (-1: all)
     root_reduce: int = 0  # FSDP: the root's reduce-scatter input, in the reduce dtype
+    # Unsloth's checkpoint offload (trainmem.core.offload): its GPU reload buffer, alive at
+    # every moment, and the last layer's input, kept until that layer's backward.
+    ckpt_buffer: int = 0
+    ckpt_last: int = 0
 
     def alive(
         self, activations: int, logits: int, grads: int, temps: int, gathered: int = 0
@@ -158,7 +163,7 @@ class Step:
             "adapter": s.adapter,
             "optimizer state": s.optimizer,
             "gradients": grads,
-            "activations": activations,
+            "activations": activations + self.ckpt_buffer,
             "logits": logits,
             "temporaries": temps,
         }
@@ -255,20 +260,24 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
     if lay.strategy == "zero":  # DeepSpeed's 16-bit gradients under its bf16 / fp16
         buckets += zero_buckets(plan, spec, precision.reduce)
     reentrant = plan.tooling.reentrant_ckpt
+    offload = checkpoint_offload(plan, spec, compute.resid)
     if plan.grad_ckpt:
         # transformers' gradient checkpointing keeps each layer's input and recomputes the
         # layer in backward (torch/utils/checkpoint.py): one layer's saves exist at a time.
-        # Offloaded, the inputs wait in host RAM (torch.autograd.graph.save_on_cpu).
-        kept_per_layer = 0 if plan.ckpt_offload else tokens * layer.checkpoint
+        # Offloaded, the inputs wait in host RAM (trainmem.core.offload) and come back one at
+        # a time, into Unsloth's persistent GPU buffer where it keeps one.
+        kept_per_layer = 0 if offload.active else tokens * layer.checkpoint
         if not reentrant:  # bitsandbytes' int8 inputs escape the checkpoint's hooks
             kept_per_layer += tokens * layer.int8_inputs
-        recompute = (
-            layer_saved + copy_layer + (tokens * layer.checkpoint if plan.ckpt_offload else 0)
-        )
+        reload = tokens * layer.checkpoint if offload.active and not offload.gpu_buffer else 0
+        recompute = layer_saved + copy_layer + reload
         forward_copies = (layers * copy_layer + copy_head) if cached else 0
         saved_after_forward = layers * kept_per_layer + head_saved + (0 if cached else copy_head)
+        saved_after_forward += offload.last_input
     else:
-        kept_per_layer = layer_saved + copy_layer + tokens * layer.int8_inputs_extra
+        # a layer whose own saves hold its input (Unsloth's RMSNorm saves X) keeps it too
+        kept_per_layer = layer_saved + copy_layer
+        kept_per_layer += tokens * (layer.int8_inputs_extra + layer.input_kept)
         recompute = forward_copies = 0
         saved_after_forward = layers * kept_per_layer + head_saved + copy_head
     kept_output, cache, cache_is_saved = _loop_output(plan, spec, compute, tokens, head.output)
@@ -303,6 +312,8 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
             if lay.strategy == "fsdp"
             else 0
         ),
+        ckpt_buffer=offload.gpu_buffer,
+        ckpt_last=offload.last_input,
     )
 
 
@@ -349,7 +360,7 @@ def loss_backward(s: Step) -> dict[str, int]:
 def backward_last_layer(s: Step) -> dict[str, int]:
     """Backward through the last layer: its saves (recomputed under checkpointing) and those
     of every layer below are alive; the head's gradient exists."""
-    activations = s.layers * s.kept_per_layer + s.recompute + _cache_held(s, 0)
+    activations = s.layers * s.kept_per_layer + s.recompute + s.ckpt_last + _cache_held(s, 0)
     grads = s.grad_head + _inflight(s) + s.buckets
     temps = s.layer_transient + s.dequant
     return s.alive(activations, s.kept_output, grads, temps, s.gathered.backward_last)
@@ -457,10 +468,8 @@ def _host(plan: Plan, spec: ModelSpec, step: Step) -> Host:
 
 
 def _offloaded_checkpoints(plan: Plan, spec: ModelSpec) -> int:
-    """Every layer's checkpointed input, which checkpoint offload keeps in host RAM."""
-    if not (plan.grad_ckpt and plan.ckpt_offload):
-        return 0
-    return spec.layers * plan.batch * plan.seq_len * spec.hidden * dtypes(plan).resid
+    """The checkpointed layer inputs checkpoint offload keeps in host RAM."""
+    return checkpoint_offload(plan, spec, dtypes(plan).resid).host
 
 
 def _notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> tuple[str, ...]:
@@ -518,13 +527,18 @@ LOSS_NOTES = {
     "no full logits (trl/kernels/chunked_logprob.py)",
     "fused": "loss: Liger's fused linear cross-entropy, logits one chunk at a time; derived "
     "from its source, not measured (Triton kernels need a GPU); Cut Cross-Entropy keeps less",
+    "unsloth": "loss: Unsloth's fused cross-entropy, logits one chunk at a time, chunks sized "
+    "for 4 GiB of fp32 logits (with less than 8 GiB free Unsloth makes them smaller); derived "
+    "from unsloth_zoo's source, not measured",
 }
 
 
 def _stack_notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> list[str]:
     """What the stack does by default and what the plan's stack-level fields change."""
     stack = plan.tooling
-    notes = [f"stack: {stack.label}: {stack.defaults}", LOSS_NOTES[plan.loss_kind]]
+    fused_by = stack.fused_loss if plan.loss_kind == "fused" else ""
+    loss_note = LOSS_NOTES["unsloth" if fused_by == "unsloth" else plan.loss_kind]
+    notes = [f"stack: {stack.label}: {stack.defaults}", loss_note]
     if plan.fp32_base and plan.precision.endswith("-mixed"):
         notes.append(
             "the frozen base is fp32 under autocast: 4 bytes per weight, and each "

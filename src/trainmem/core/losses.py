@@ -9,7 +9,8 @@ per loss kind (``plan.loss_kind``). Sizes are bytes for the whole micro-batch.
 - ``fused``: Liger-Kernel 0.8.2's fused linear cross-entropy
   (src/liger_kernel/ops/fused_linear_cross_entropy.py): the gradient is computed chunk by
   chunk in the forward and kept for backward. Cut Cross-Entropy keeps less (no logits at
-  all); Liger's figure is the one used, so the estimate does not undercount it.
+  all); Liger's figure is the one used, so the estimate does not undercount it. On the unsloth
+  stack ``fused`` is Unsloth's own (``unsloth_fused_head``).
 Derived from the sources above (docs/research/training-stacks.md sections 1b and 7); the
 chunked head's torch path is measured on CPU, the Triton and Liger kernels need a GPU.
 """
@@ -55,6 +56,8 @@ def loss_head(spec: ModelSpec, plan: Plan, dt: Dtypes, kernels: Kernels = "cuda"
     if kind == "chunked":
         return trl_chunked_head(spec, plan, dt, kernels)
     if kind == "fused":
+        if plan.tooling.fused_loss == "unsloth":
+            return unsloth_fused_head(spec, plan, dt)
         return liger_fused_head(spec, plan, dt)
     tokens = plan.batch * plan.seq_len
     head = head_activations(spec, plan, dt)
@@ -116,4 +119,45 @@ def liger_fused_head(spec: ModelSpec, plan: Plan, dt: Dtypes) -> Head:
     forward = chunk * v * e_c + chunk * h * e_h + accumulate
     return Head(
         saved=saved, forward=forward, backward=tokens * h * e_h, early_head_grad=grad_weight
+    )
+
+
+# unsloth_zoo ce232d6, unsloth_zoo/fused_losses/cross_entropy_loss.py _get_chunk_multiplier:
+# each chunk's fp32 logits are kept under min(half the free memory, 4 GiB).
+UNSLOTH_CE_TARGET_BYTES = 4 * 2**30
+
+
+def unsloth_ce_chunks(tokens: int, vocab: int) -> int:
+    """Chunks Unsloth's fused loss splits the tokens into (get_chunk_size): one if the fp32
+    logits fit the target, else that ratio rounded up to a multiple of 4. The target is
+    taken at its 4 GiB cap, what a GPU with 8 GiB or more free at the first loss gets."""
+    fp32 = tokens * vocab * 4
+    if fp32 <= UNSLOTH_CE_TARGET_BYTES:
+        return 1
+    return -(-fp32 // (4 * UNSLOTH_CE_TARGET_BYTES)) * 4
+
+
+def unsloth_fused_head(spec: ModelSpec, plan: Plan, dt: Dtypes) -> Head:
+    """Unsloth's fused cross-entropy (unsloth_zoo fused_losses/cross_entropy_loss.py
+    UnslothFusedLoss, called by unsloth/models/llama.py CausalLM_fast_forward; the logits
+    returned are EMPTY_LOGITS). Forward makes grad_inputs (like the hidden states) and, when
+    lm_head trains, a zeroed grad_lm_head, runs torch.func.grad_and_value over each chunk of
+    tokens (torch.compile'd: the chunk's logits in lm_head's dtype and their gradient in the
+    same dtype; the eager fallback also upcasts them to fp32) and saves only those gradients.
+    Backward scales them out of place. No full logits ever exist."""
+    h, v = spec.hidden, spec.vocab
+    tokens = plan.batch * plan.seq_len
+    e_h = dt.resid
+    e_w = lm_head_bytes(plan, dt)  # the hidden states are cast to lm_head's dtype
+    chunk = -(-tokens // unsloth_ce_chunks(tokens, v))
+    trains = plan.trains_lm_head
+    saved = tokens * (final_norm_saves(spec, plan, dt) + e_h * h)  # + grad_inputs
+    labels = 8 * tokens  # the shifted int64 labels
+    forward = chunk * v * 2 * e_w + chunk * h * e_h + labels + (v * h * e_w if trains else 0)
+    backward = tokens * h * e_h + (v * h * e_w if trains else 0)
+    return Head(
+        saved=saved,
+        forward=forward,
+        backward=backward,
+        early_head_grad=v * h * e_w if trains else 0,
     )

@@ -79,8 +79,8 @@ def dtypes(plan: Plan) -> Dtypes:
     weight = 2 if half else 4
     resid = 2 if half else 4
     act = 2 if (half or mixed) else 4
-    if plan.training.kbit_prep and plan.kbit_prep:
-        resid = act = 4
+    if plan.training.kbit_prep and plan.kbit_prep and plan.tooling.kbit_upcast:
+        resid = act = 4  # PEFT's fp32 upcast (Unsloth does none: Stack.kbit_upcast)
     trainable = 4 if plan.trains_adapter else weight  # PEFT keeps adapters in fp32
     if plan.training.quantized_base and plan.tooling.quantized_trainable_16bit:
         trainable = 2  # TRL casts a quantized model's adapters to bf16 (sft_trainer.py)

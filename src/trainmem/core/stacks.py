@@ -4,7 +4,8 @@ comparing names, as with training methods (trainmem.core.methods).
 
 Read from source (docs/research/training-stacks.md has the file:line of each claim): the
 Hugging Face Trainer of transformers 5.24, TRL 1.16's SFTTrainer, axolotl 067b021 and
-LLaMA-Factory ff6d4d1 (both run the Hugging Face Trainer), and a hand-written PyTorch loop.
+LLaMA-Factory ff6d4d1 (both run the Hugging Face Trainer), a hand-written PyTorch loop, and
+Unsloth 015bdef (over TRL's SFTTrainer; its record cites its own files).
 """
 
 from __future__ import annotations
@@ -47,6 +48,19 @@ class Stack:
     # to fp32 (Trainer, TRL, LLaMA-Factory); axolotl replaces it with its own, which does not
     # (monkeypatch/accelerate/fsdp2.py); a hand-written loop calls fully_shard itself.
     fsdp2_recipe: str = "fsdp2-accelerate"
+    # What --ckpt-offload does: "torch" keeps every checkpointed input in host RAM
+    # (torch.autograd.graph.save_on_cpu); "unsloth" is Unsloth's use_gradient_checkpointing=
+    # "unsloth" (trainmem.core.offload), which keeps the last layer's input and a reload buffer
+    # on the GPU.
+    ckpt_offload_kind: str = "torch"
+    # Which fused cross-entropy loss "fused" is: Liger's, or Unsloth's own (trainmem.core.losses).
+    fused_loss: str = "liger"
+    # PEFT's prepare_model_for_kbit_training casts a quantized model's 16-bit parameters to fp32
+    # (peft/utils/other.py); Unsloth replaces it with its own, which casts nothing it freezes.
+    kbit_upcast: bool = True
+    # Unsloth's LoRA autograd functions replace PEFT's layers on its fast models
+    # (trainmem.core.activations unsloth_lora_paths).
+    fused_lora: bool = False
 
 
 TRAINER = Stack(
@@ -106,7 +120,46 @@ LOOP = Stack(
     fsdp2_recipe="fsdp2-torch",
 )
 
-STACK_RECORDS = {s.name: s for s in (TRAINER, TRL, AXOLOTL, LLAMA_FACTORY, LOOP)}
+# Unsloth at 015bdef (unslothai/unsloth) with unsloth_zoo at ce232d6, read from source: it needs
+# a GPU, so none of this is measured here. It runs TRL's SFTTrainer (the TRL record) with:
+# - use_gradient_checkpointing="unsloth" (FastLlamaModel.get_peft_model's default):
+#   unsloth_zoo/gradient_checkpointing.py patch_unsloth_smart_gradient_checkpointing swaps
+#   torch's checkpoint for unsloth_checkpoint, which forces use_reentrant=True
+#   (UnslothCheckpointFunction); below 512 tokens plain checkpointing
+#   (unsloth/models/_utils.py apply_unsloth_gradient_checkpointing).
+# - its fused cross-entropy: the model's forward calls unsloth_fused_ce_loss
+#   (unsloth/models/llama.py CausalLM_fast_forward) and Unsloth pins SFTConfig's loss_type to
+#   "nll" so TRL's chunked head does not bypass it (unsloth/models/rl.py
+#   _pin_pristine_sft_loss_type).
+# - no fp32 upcast of a quantized model: FastLlamaModel.patch_peft_model calls Unsloth's
+#   prepare_model_for_kbit_training (unsloth/models/_utils.py), which is unsloth_zoo's
+#   prepare_model_for_training (training_utils.py): LoRA A/B in fp32, everything frozen
+#   left in its loaded dtype; and it deletes SFTTrainer's bf16 cast of a quantized model's
+#   adapters (unsloth/models/rl.py: "if _is_quantized_model:" -> "if False:").
+# - its LoRA kernels (unsloth/kernels/fast_lora.py) and RMSNorm kernel.
+# - a model it loads itself in bf16 (fp16 without bf16 support), so no fp32 base; 4-bit as NF4
+#   with double quant (unsloth/models/llama.py FastLlamaModel.from_pretrained
+#   BitsAndBytesConfig), often from a pre-quantized or "dynamic 4-bit" checkpoint whose
+#   quantization_config keeps some linears in 16-bit (ModelSpec.unquantized_elements).
+UNSLOTH = replace(
+    TRL,
+    name="unsloth",
+    label="Unsloth 015bdef, unsloth_zoo ce232d6 (TRL 1.16 SFTTrainer)",
+    default_loss="fused",
+    fp32_base_under_autocast=False,
+    quantized_trainable_16bit=False,
+    reentrant_ckpt=True,
+    ckpt_offload_kind="unsloth",
+    fused_loss="unsloth",
+    kbit_upcast=False,
+    fused_lora=True,
+    defaults="derived from source, not measured (Unsloth needs a GPU); fused LoRA kernels; "
+    "its fused cross-entropy (no full logits); no fp32 upcast of the quantized model; "
+    'use_gradient_checkpointing="unsloth" (its default) is --ckpt-offload; padding-free '
+    "batching on by default (rows as long as their examples)",
+)
+
+STACK_RECORDS = {s.name: s for s in (TRAINER, TRL, AXOLOTL, LLAMA_FACTORY, LOOP, UNSLOTH)}
 STACKS = tuple(STACK_RECORDS)
 
 

@@ -237,6 +237,24 @@ def advice(
                 None,
             )
         )
+    # Unsloth (trainmem.core.stacks UNSLOTH): its checkpoint offload on its own stack, and for
+    # a LoRA / QLoRA run on another single-GPU stack the whole of it (fused LoRA and loss).
+    if plan.tooling.ckpt_offload_kind == "unsloth" and plan.grad_ckpt and not plan.ckpt_offload:
+        options.append(
+            (
+                'use Unsloth\'s offloaded checkpointing (use_gradient_checkpointing="unsloth")',
+                {"ckpt_offload": True},
+                "needs pinned host RAM for every layer's input: see the node's RAM fit",
+            )
+        )
+    elif plan.trains_adapter and plan.stack != "unsloth" and plan.world == 1:
+        options.append(
+            (
+                'train with Unsloth (FastLanguageModel, use_gradient_checkpointing="unsloth")',
+                {"stack": "unsloth", "grad_ckpt": True, "ckpt_offload": True, "loss": "auto"},
+                "derived from Unsloth's source, not measured; its offload needs pinned host RAM",
+            )
+        )
     if plan.world > 1 or plan.sharding != "ddp":
         options += _sharding_options(plan, spec, budget)
     result = []

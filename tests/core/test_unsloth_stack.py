@@ -1,0 +1,262 @@
+"""The unsloth stack, hand-computed from Unsloth's source (unslothai/unsloth 015bdef,
+unslothai/unsloth-zoo ce232d6; files named beside each figure), then checked against
+Unsloth's own published maximum contexts.
+
+Unsloth needs a GPU, so nothing here is measured: the record is derived from source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from test_components import FF, HD, HEADS, KV, SPEC_CONFIG, H
+
+from trainmem.core.activations import layer_activations, unsloth_lora_paths
+from trainmem.core.architecture import spec_from_config
+from trainmem.core.estimator import estimate
+from trainmem.core.fit import Budget
+from trainmem.core.losses import loss_head, unsloth_ce_chunks
+from trainmem.core.offload import UNSLOTH_CPU_BUFFER_ELEMENTS, UNSLOTH_CPU_BUFFERS
+from trainmem.core.plan import Plan
+from trainmem.core.precision import dtypes
+from trainmem.core.states import NF4_BYTES_PER_PARAM, model_states
+from trainmem.core.whatif import advice, max_seq_len
+from trainmem.sources import catalog
+
+LAYERS = 6
+V = 1000
+SPEC = spec_from_config({**SPEC_CONFIG, "num_hidden_layers": LAYERS}, "tiny")
+QD, KVD = HEADS * HD, KV * HD
+
+
+def plan(**kw: object) -> Plan:
+    base: dict[str, object] = dict(
+        model="tiny", method="qlora", stack="unsloth", precision="bf16-mixed", lora_rank=8
+    )
+    return Plan(**{**base, **kw}).validated()  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------- the record itself
+def test_unsloth_reuses_trl_and_changes_what_its_source_changes():
+    p = plan()
+    stack = p.tooling
+    assert stack.keeps_output is False  # TRL's SFTTrainer (Trainer.compute_loss) underneath
+    assert p.loss_kind == "fused" and stack.fused_loss == "unsloth"
+    assert stack.reentrant_ckpt  # unsloth_checkpoint forces use_reentrant=True
+    # no PEFT fp32 upcast of the quantized model, no TRL bf16 cast of its adapters
+    dt = dtypes(p)
+    assert (dt.resid, dt.act, dt.trainable) == (2, 2, 4)
+    assert dtypes(replace(p, stack="trl")).resid == 4  # PEFT's prepare_model_for_kbit_training
+
+
+# ----------------------------------------------- checkpoint offload ("unsloth")
+TOKENS = 4 * 2048  # batch 4 x 2048: 2.1M elements per input, over Unsloth's 2 MiB floor
+ONE = TOKENS * H * 2  # one layer's bf16 input
+
+
+def _phases(**kw: object) -> dict[str, int]:
+    return estimate(plan(batch=4, seq_len=2048, grad_ckpt=True, **kw), SPEC).phases
+
+
+def test_offload_keeps_only_the_last_input_and_the_reload_buffer_on_the_gpu():
+    on, off = _phases(ckpt_offload=True), _phases(ckpt_offload=False)
+    # without offload every layer's input stays; with it the last layer's and the buffer
+    assert off["forward"] - on["forward"] == (LAYERS - 2) * ONE
+    assert off["backward (last layer)"] - on["backward (last layer)"] == (LAYERS - 2) * ONE
+    # at the first layer the buffer holds its input, as plain checkpointing keeps it
+    assert off["backward (first layer)"] == on["backward (first layer)"]
+
+
+def test_torchs_save_on_cpu_keeps_no_input_on_the_gpu():
+    torch_kind = estimate(
+        plan(batch=4, seq_len=2048, grad_ckpt=True, ckpt_offload=True, stack="trl"), SPEC
+    )
+    trl_no_offload = estimate(plan(batch=4, seq_len=2048, grad_ckpt=True, stack="trl"), SPEC)
+    # save_on_cpu: every input leaves (the trl stack differs in dtypes, so compare within it)
+    assert (
+        trl_no_offload.phases["forward"] - torch_kind.phases["forward"] == LAYERS * TOKENS * H * 4
+    )
+
+
+def test_offload_host_ram_is_every_layers_pinned_buffer_and_the_initial_pool():
+    est = estimate(plan(batch=4, seq_len=2048, grad_ckpt=True, ckpt_offload=True), SPEC)
+    pool = (UNSLOTH_CPU_BUFFERS - LAYERS) * UNSLOTH_CPU_BUFFER_ELEMENTS * 2
+    assert est.host_offloaded_bytes >= LAYERS * ONE  # reused by the node's RAM figure
+    assert est.host_bytes_per_node >= LAYERS * ONE + pool
+
+
+def test_below_512_tokens_unsloth_checkpoints_without_offload():
+    short = dict(batch=64, seq_len=256, grad_ckpt=True)  # 16,384 tokens, but seq < 512
+    on = estimate(plan(ckpt_offload=True, **short), SPEC)
+    off = estimate(plan(ckpt_offload=False, **short), SPEC)
+    assert on.phases == off.phases and on.host_offloaded_bytes == 0
+
+
+# --------------------------------------------------------------- the fused loss
+def test_fused_loss_never_builds_the_logits():
+    tokens = 2**21  # fp32 logits 8.4 GB: over the 4 GiB chunk target
+    p = plan(batch=1, seq_len=tokens, grad_ckpt=True)
+    # get_chunk_size: ceil(8.39e9 / 4 GiB / 4) * 4 = 4 chunks of 524,288 tokens
+    assert unsloth_ce_chunks(tokens, V) == 4
+    chunk = tokens // 4
+    head = loss_head(SPEC, p, dtypes(p))
+    # one chunk's bf16 logits and their bf16 gradient, its grad_input, the int64 labels
+    assert head.forward == chunk * V * 2 * 2 + chunk * H * 2 + 8 * tokens
+    assert head.output == 0  # EMPTY_LOGITS
+    # saved: the final RMSNorm's X and inverse RMS, and grad_inputs made in forward
+    assert head.saved == tokens * (2 * H + 4 + 2 * H)
+    assert head.backward == tokens * H * 2  # grad_inputs * scale_factor, out of place
+    assert head.forward < tokens * V * 2  # less than the bf16 logits alone
+
+
+def test_fused_loss_is_one_chunk_when_the_logits_fit_the_target():
+    assert unsloth_ce_chunks(1000, 128_256) == 1  # 0.5 GB of fp32 logits
+    assert unsloth_ce_chunks(9000, 128_256) == 4  # 4.6 GB: 1.07 -> rounded up to 4
+
+
+# -------------------------------------------------------- the fused LoRA kernels
+def test_fused_lora_saves_what_fast_lora_saves():
+    p = plan(attn="flash-attention-2")
+    layer = layer_activations(SPEC, p, dtypes(p))
+    assert unsloth_lora_paths(SPEC, p) == type(unsloth_lora_paths(SPEC, p))(True, True, True)
+    norms = 2 * 4 + 2 * H  # inverse RMS per row twice; the second norm's X
+    qkv = 2 * H  # LoRA_QKV: X once for q, k, v
+    attention = 2 * (QD + 2 * KVD) + 2 * QD + 4 * HEADS  # flash: q, k, v, out, lse
+    mlp = 2 * H + 2 * FF + 2 * FF  # LoRA_MLP: X, e, g; LoRA_W on o saves the attn output
+    assert layer.saved == norms + qkv + attention + mlp
+    assert layer.input_kept == 2 * H  # the first norm's X is the layer's own input
+    assert layer.backward_transient == 2 * 2 * H + 2 * FF  # DW = dY @ W_down^T
+
+
+def test_xformers_repeats_kv_to_every_head():
+    flash = layer_activations(SPEC, plan(attn="flash-attention-2"), dtypes(plan()))
+    xformers = layer_activations(SPEC, plan(), dtypes(plan()))
+    assert xformers.saved - flash.saved == 2 * 2 * (QD - KVD)
+
+
+def test_a_bias_or_dropout_keeps_peft_on_that_projection():
+    qwen2 = spec_from_config({**SPEC_CONFIG, "model_type": "qwen2"}, "q")  # q/k/v biases
+    paths = unsloth_lora_paths(qwen2, plan())
+    assert (paths.qkv, paths.o, paths.mlp) == (False, True, True)
+    assert unsloth_lora_paths(SPEC, plan(lora_dropout=0.1)) == type(paths)()
+    # only the projections Unsloth patches change: the TRL record counts the rest the same
+    peft = layer_activations(SPEC, plan(lora_dropout=0.1), dtypes(plan(lora_dropout=0.1)))
+    fast = layer_activations(SPEC, plan(), dtypes(plan()))
+    assert fast.saved < peft.saved
+
+
+# ------------------------------------------------------------ dynamic 4-bit
+def test_dynamic_4bit_layers_are_counted_at_16_bit():
+    skip = ["lm_head", "model.layers.0.mlp", "model.layers.1.self_attn.o_proj"]
+    cfg = {**SPEC_CONFIG, "num_hidden_layers": LAYERS}
+    dynamic = spec_from_config(
+        {**cfg, "quantization_config": {"llm_int8_skip_modules": skip}}, "dyn"
+    )
+    kept = 3 * H * FF + QD * H  # layer 0's gate, up, down; layer 1's o_proj
+    assert dynamic.unquantized_elements == kept
+    p = plan()
+    linear = LAYERS * SPEC.layer_weight_elements
+    nf4 = round((linear - kept) * NF4_BYTES_PER_PARAM)
+    bf16 = (dynamic.params - (linear - kept)) * 2  # embeddings, lm_head, norms, kept linears
+    assert model_states(dynamic, p, dtypes(p)).weights == nf4 + bf16
+    # a name matches at a module boundary: layer 1 is not layer 10
+    ten = spec_from_config(
+        {
+            **SPEC_CONFIG,
+            "num_hidden_layers": 11,
+            "quantization_config": {"llm_int8_skip_modules": ["model.layers.1"]},
+        },
+        "ten",
+    )
+    per_layer = SPEC.layer_weight_elements
+    assert ten.unquantized_elements == per_layer
+
+
+# ----------------------------------------------------------------- advice
+def test_advice_names_unsloths_offload_and_unsloth_for_a_trainer_plan():
+    tight = Budget(estimate(plan(batch=4, seq_len=2048, grad_ckpt=True), SPEC).device_bytes)
+    actions = [a.action for a in advice(plan(batch=4, seq_len=2048, grad_ckpt=True), SPEC, tight)]
+    assert any('use_gradient_checkpointing="unsloth"' in a for a in actions)
+    trainer = plan(batch=4, seq_len=2048, grad_ckpt=True, stack="trainer")
+    budget = Budget(estimate(trainer, SPEC).device_bytes)
+    assert any("train with Unsloth" in a.action for a in advice(trainer, SPEC, budget))
+
+
+# ------------------------------------------------- Unsloth's published tables
+# Maximum context, Llama QLoRA rank 32 on all linear layers, batch 1, padded to the length:
+# Llama 3.1 8B: https://docs.unsloth.ai/basics/unsloth-benchmarks ("Llama 3.1 (8B) max.
+# context length", which the blog https://unsloth.ai/blog/llama3-3 summarises: 342,000 vs
+# 28,000 on 80 GB, 2,900 on 8 GB); Llama 3.3 70B: https://unsloth.ai/blog/llama3-3 (A100).
+# | model        | GPU    | Unsloth | HF + FA2 |
+# | Llama 3.1 8B | 8 GB   |   2,972 |      OOM |
+# | Llama 3.1 8B | 12 GB  |  21,848 |      932 |
+# | Llama 3.1 8B | 16 GB  |  40,724 |    2,551 |
+# | Llama 3.1 8B | 24 GB  |  78,475 |    5,789 |
+# | Llama 3.1 8B | 40 GB  | 153,977 |   12,264 |
+# | Llama 3.1 8B | 48 GB  | 191,728 |   15,502 |
+# | Llama 3.1 8B | 80 GB  | 342,733 |   28,454 |
+# | Llama 3.3 70B| 48 GB  |  12,106 |      OOM |
+# | Llama 3.3 70B| 80 GB  |  89,389 |    6,916 |
+PUBLISHED = [
+    ("meta-llama/Llama-3.1-8B-Instruct", 8, 2_972, None),
+    ("meta-llama/Llama-3.1-8B-Instruct", 12, 21_848, 932),
+    ("meta-llama/Llama-3.1-8B-Instruct", 16, 40_724, 2_551),
+    ("meta-llama/Llama-3.1-8B-Instruct", 24, 78_475, 5_789),
+    ("meta-llama/Llama-3.1-8B-Instruct", 40, 153_977, 12_264),
+    ("meta-llama/Llama-3.1-8B-Instruct", 48, 191_728, 15_502),
+    ("meta-llama/Llama-3.1-8B-Instruct", 80, 342_733, 28_454),
+    ("meta-llama/Llama-3.3-70B-Instruct", 48, 12_106, None),
+    ("meta-llama/Llama-3.3-70B-Instruct", 80, 89_389, 6_916),
+]
+# The runs: QLoRA, r 32, all linear, batch 1; bf16 under the Trainer's autocast; 8-bit AdamW
+# as Unsloth's notebooks use. Unsloth extends RoPE past the model's context (342,733 > 131,072),
+# so the search is not stopped at it. "GB" is the GPU's size: GiB.
+BASE = Plan(
+    model="x",
+    method="qlora",
+    lora_rank=32,
+    lora_targets="all-linear",
+    batch=1,
+    precision="bf16-mixed",
+    optimizer="adamw-8bit",
+    grad_ckpt=True,
+)
+UNSLOTH = replace(BASE, stack="unsloth", ckpt_offload=True)
+HF_FA2 = replace(BASE, stack="trainer", attn="flash-attention-2")
+
+
+def _longest(p: Plan, model: str, gib: int) -> int | None:
+    spec = replace(catalog.find(model).spec(), context=0)  # type: ignore[union-attr]
+    return max_seq_len(p, spec, Budget(gib * 2**30))
+
+
+def _error(ours: int | None, published: int) -> float:
+    return (ours or 0) / published - 1
+
+
+@pytest.mark.parametrize(("model", "gib", "unsloth", "hf"), PUBLISHED)
+def test_published_context_within_40_percent(model, gib, unsloth, hf):
+    assert abs(_error(_longest(UNSLOTH, model, gib), unsloth)) <= 0.40
+    if hf is not None:
+        assert abs(_error(_longest(HF_FA2, model, gib), hf)) <= 0.60
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="derived Unsloth context is 16-28% above the published one where the GPU has room "
+    "(the published runs, Dec 2024, used Apple's CCE and an older offload; the gap is not "
+    "found in today's source) and 35% below on 8 GB / 70B-48 GB, where Unsloth's loss chunks "
+    "shrink to half the free memory while the estimate keeps the 4 GiB cap",
+)
+@pytest.mark.parametrize(("model", "gib", "unsloth", "hf"), PUBLISHED)
+def test_published_context_within_10_percent(model, gib, unsloth, hf):
+    assert abs(_error(_longest(UNSLOTH, model, gib), unsloth)) <= 0.10
+
+
+@pytest.mark.parametrize(("model", "gib", "unsloth", "hf"), [r for r in PUBLISHED if r[1] >= 16])
+def test_unsloth_over_hf_context_ratio_matches_published(model, gib, unsloth, hf):
+    if hf is None:
+        pytest.skip("HF + FA2 is OOM there")
+    ours = _longest(UNSLOTH, model, gib) / _longest(HF_FA2, model, gib)  # type: ignore[operator]
+    assert abs(ours / (unsloth / hf) - 1) <= 0.10
