@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from trainmem.core.units import fmt_bytes
+from trainmem.core.units import fmt_bytes, shown
 from trainmem.planner import KEEP_SHARE
 
 if TYPE_CHECKING:  # the dataset readers load when --data is given, not with the parser
@@ -22,9 +22,11 @@ def _share(text: str) -> float:
     try:
         value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a share such as 0.95 or 95%") from None
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} is not a share such as 0.95 or 95%"
+        ) from None
     if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a share in (0, 1]")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a share in (0, 1]")
     return value
 
 

@@ -7,11 +7,14 @@ the measurement harness are all derived from these declarations.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any, Literal
 
 from trainmem.core.errors import PlanError
+from trainmem.core.text import has_controls
+from trainmem.core.units import NumberError, checked_number, range_text, shown
+
+MAX_TEXT = 4096  # characters in a text field: a model path, a module list
 
 Kind = Literal["text", "int", "float", "choice", "bool"]
 
@@ -96,61 +99,50 @@ class FieldSpec:
             cleaned = text.replace(",", "").replace("_", "")  # 4,096 and 4_096
             digits = cleaned[1:] if cleaned[:1] in ("+", "-") else cleaned
             if not digits.isdigit():
-                raise ValueError(f"{text or 'empty'!r} is not a whole number")
-            return int(cleaned)
+                raise ValueError(f"{shown(text) if text else 'empty'} is not a whole number")
+            return checked_number(cleaned, whole=True)  # 400 digits: one line, no int()
         if self.kind == "float":
-            try:
-                value = float(text)
-            except ValueError:
-                raise ValueError(f"{text or 'empty'!r} is not a number") from None
-            if not math.isfinite(value):
-                raise ValueError(f"{text!r} is not a finite number")
-            return value
+            return float(checked_number(text))  # inf, nan, 1e400 refused
         return text
 
     def range_text(self) -> str:
-        low = "" if self.low is None else _number(self.low)
-        high = "" if self.high is None else _number(self.high)
-        if self.low_open:
-            return f"above {low}" + (f" and at most {high}" if high else "")
-        return f"{low}..{high}"
+        return range_text(self.low, self.high, self.low_open)
 
     def check(self, value: Any) -> Any:
         """The value checked against the declaration (type, choices, range) and normalised
         (an int where a float is declared becomes a float); PlanError names the field."""
         if self.kind == "bool":
             if not isinstance(value, bool):
-                raise PlanError(self.name, f"{value!r} is not true or false")
+                raise PlanError(self.name, f"{shown(value)} is not true or false")
             return value
         if self.kind == "choice":
-            if isinstance(value, bool) or value not in self.choices:
-                shown = ", ".join(str(c) for c in self.choices)
-                raise PlanError(self.name, f"{value!r} is not one of {shown}")
+            if isinstance(value, (bool, dict, list)) or value not in self.choices:
+                listed = ", ".join(str(c) for c in self.choices)
+                raise PlanError(self.name, f"{shown(value)} is not one of {listed}")
             return value
         if self.kind == "text":
             if not isinstance(value, str):
-                raise PlanError(self.name, f"{value!r} is not text")
+                raise PlanError(self.name, f"{shown(value)} is not text")
+            if len(value) > MAX_TEXT:
+                raise PlanError(self.name, f"is longer than {MAX_TEXT:,} characters")
+            if has_controls(value):  # no model id, path or list holds one; a terminal acts on it
+                raise PlanError(self.name, f"{shown(value)} holds a control character")
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise PlanError(self.name, f"{value!r} is not a number")
-        if self.kind == "int":
-            if not isinstance(value, int):
-                raise PlanError(self.name, f"{value!r} is not a whole number")
-        else:
-            if not math.isfinite(value):
-                raise PlanError(self.name, f"{value!r} is not a finite number")
-            value = float(value)
-        too_low = self.low is not None and (
-            value <= self.low if self.low_open else value < self.low
-        )
-        too_high = self.high is not None and value > self.high
-        if too_low or too_high:
-            raise PlanError(self.name, f"{_number(value)} is outside {self.range_text()}")
-        return value
-
-
-def _number(value: float) -> str:
-    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+            raise PlanError(self.name, f"{shown(value)} is not a number")
+        if self.kind == "int" and not isinstance(value, int):
+            raise PlanError(self.name, f"{shown(value)} is not a whole number")
+        try:
+            number = checked_number(
+                value,
+                whole=self.kind == "int",
+                low=self.low,
+                high=self.high,
+                low_open=self.low_open,
+            )
+        except NumberError as exc:
+            raise PlanError(self.name, str(exc)) from None
+        return number if self.kind == "int" else float(number)
 
 
 def plan_field(default: Any, spec: FieldSpec) -> Any:

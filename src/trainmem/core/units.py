@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 
 from trainmem.core.errors import PlanError
 
@@ -32,18 +33,123 @@ MAX_SIZE = 2**64  # bytes (16 EiB): far beyond any device, small enough to be ex
 MAX_COUNT = 10**15  # parameters (1000T)
 
 
+class _Short(reprlib.Repr):
+    """reprlib's bounded repr (a few items, a few levels: a YAML alias bomb's billion-item
+    list costs a handful), with huge integers described, since repr() of one is slow or
+    refused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxtuple, self.maxdict, self.maxset = 3, 4, 4, 4, 4
+        self.maxstring, self.maxother = 30, 30
+
+    def repr_int(self, x: int, level: int) -> str:
+        return f"a {x.bit_length()}-bit integer" if x.bit_length() > 64 else repr(x)
+
+
+_SHORT = _Short()
+
+
 def shown(value: object, limit: int = 40) -> str:
-    """A value for a one-line error message: repr'd and cut short (text is stripped first);
-    a huge integer, an object or a list described rather than printed."""
+    """A value for a one-line error message, cut short (text is stripped first); lists and
+    objects abbreviated without walking them whole, a huge integer described."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"a {value.bit_length()}-bit integer"  # str() of a huge int is slow or refused
-    if isinstance(value, (dict, list)):
-        return "an object" if isinstance(value, dict) else "a list"
+        return f"a {value.bit_length()}-bit integer"  # str() of it is slow or refused
     if isinstance(value, str):
         value = value.strip()
         return repr(value) if len(value) <= limit else repr(value[:limit]) + "..."
-    text = repr(value)
+    text = _SHORT.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class NumberError(ValueError):
+    """A number from outside that is not one, or not one trainmem can compute with; the
+    message starts with the value as :func:`shown` writes it."""
+
+
+MAX_MAGNITUDE = 2**64  # beyond every size, count or length planned; float() stays exact-ish
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_MAX_TEXT = 100  # characters of a number written as text; longer is not a number we read
+
+
+def checked_number(
+    value: object,
+    *,
+    whole: bool = False,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+) -> int | float:
+    """A number from outside (a file's value, a flag, a server's answer), checked before any
+    conversion or arithmetic; the one gate every such number goes through.
+
+    Takes an int, a float or text of one. Refused with a NumberError: booleans, anything
+    else, NaN and infinities, magnitudes over ``MAX_MAGNITUDE`` (so ``float()`` of it cannot
+    overflow and ``int()`` of it is safe), a fraction where ``whole`` asks for an integer,
+    and values outside ``low..high`` (``low`` itself excluded when ``low_open``). A whole
+    float (``5e8``) becomes an int when ``whole``. Text is read without converting more than
+    ``_MAX_TEXT`` characters: ``int()`` of thousands of digits is slow or refused."""
+    number: int | float
+    kind = "a whole number" if whole else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise NumberError(f"{shown(value)} is not {kind}")
+    if isinstance(value, str):
+        text = value.strip()
+        if len(text) > _MAX_TEXT:
+            digits = text.lstrip("+-")
+            if digits.isdigit():
+                raise NumberError(
+                    f"a {len(digits)}-digit integer is {_range(low, high, low_open, huge=True)}"
+                )
+            raise NumberError(f"{shown(text)} is not {kind}")
+        if _INT_TEXT.fullmatch(text):
+            number = int(text)
+        else:
+            try:
+                number = float(text)
+            except ValueError:
+                raise NumberError(f"{shown(text) if text else 'empty'} is not {kind}") from None
+    else:
+        number = value
+    if isinstance(number, float) and not math.isfinite(number):
+        raise NumberError(f"{shown(value)} is not a finite number")
+    if abs(number) > MAX_MAGNITUDE:  # exact for ints of any size: no float() involved
+        raise NumberError(f"{shown(number)} is {_range(low, high, low_open, huge=True)}")
+    if whole and isinstance(number, float):
+        if not number.is_integer():
+            raise NumberError(f"{shown(value)} is not a whole number")
+        number = int(number)
+    too_low = low is not None and (number <= low if low_open else number < low)
+    if too_low or (high is not None and number > high):
+        raise NumberError(f"{_plain(number)} is {_range(low, high, low_open, huge=False)}")
+    return number
+
+
+def range_text(low: float | None, high: float | None, low_open: bool = False) -> str:
+    """``1..10,000,000``, ``0 or more``, ``above 0 and at most 1``: a range in messages."""
+    lo = "" if low is None else _plain(low)
+    hi = "" if high is None else _plain(high)
+    if low_open:
+        return f"above {lo}" + (f" and at most {hi}" if hi else "")
+    if not hi or not lo:
+        return f"{lo} or more" if lo else f"{hi} or less"
+    return f"{lo}..{hi}"
+
+
+def _range(low: float | None, high: float | None, low_open: bool, *, huge: bool) -> str:
+    """What is wrong with a value outside the range; ``huge``: beyond ``MAX_MAGNITUDE``."""
+    if low is not None and high is not None:
+        return f"outside {range_text(low, high, low_open)}"
+    if huge:
+        return "out of range (beyond ±2^64)"
+    if low is not None:
+        return f"{'not above' if low_open else 'below'} {_plain(low)}"
+    return f"above {_plain(high if high is not None else 0)}"
+
+
+def _plain(value: float) -> str:
+    """A checked number for a message: 10,000,000, 0.5."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
 def parse_size(text: str) -> int:

@@ -37,86 +37,148 @@ class TemplateError(ValueError):
     """The template cannot be compiled (for the whole run) or refused one conversation."""
 
 
-def _short(exc: Exception) -> str:
+class TemplateBudgetError(ValueError):
+    """The template ran past its time or size budget: the whole run stops, with one line
+    (a template that loops or builds a huge string does so for every conversation)."""
+
+
+def _short(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= 100 else text[:97] + "..."
 
 
+def compile_template(source: str) -> Any:
+    """The template compiled as transformers compiles it (see the module doc); TemplateError
+    when it does not compile. Run by the worker (trainmem.sources.template_worker), the only
+    place a template from outside is compiled and rendered."""
+    try:
+        import jinja2
+        import jinja2.ext
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:
+        raise TemplateError(
+            "a chat template needs jinja2: pip install 'trainmem-tui[tokens]'"
+        ) from None
+    _check_jinja_version(jinja2.__version__)
+
+    class Generation(jinja2.ext.Extension):
+        """``{% generation %}...{% endgeneration %}``: the body, untracked."""
+
+        tags = {"generation"}  # noqa: RUF012  (jinja2 declares it so)
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+            call = self.call_method("_body")
+            return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+        def _body(self, caller: Any) -> Any:
+            return caller()
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(
+        x: Any,
+        ensure_ascii: bool = False,
+        indent: int | None = None,
+        separators: Any = None,
+        sort_keys: bool = False,
+    ) -> str:
+        return json.dumps(
+            x,
+            ensure_ascii=ensure_ascii,
+            indent=indent,
+            separators=separators,
+            sort_keys=sort_keys,
+        )
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    try:
+        return env.from_string(source)
+    except (jinja2.exceptions.TemplateError, RecursionError, MemoryError) as exc:
+        raise TemplateError(f"the chat template does not compile: {_short(exc)}") from None
+
+
+def _check_jinja_version(version: str) -> None:
+    parts = tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+    if parts < (3, 1, 6):
+        raise TemplateError(
+            f"jinja2 {version} has known sandbox escapes; chat templates need jinja2 >= 3.1.6"
+        )
+
+
+def render_compiled(
+    template: Any, special: dict[str, str], messages: Sequence[Any], add_generation_prompt: bool
+) -> str:
+    """One conversation (``(role, content)`` pairs) through a compiled template; TemplateError
+    when the template refuses it (a ``raise_exception``, roles out of order)."""
+    import jinja2
+
+    try:
+        return str(
+            template.render(
+                messages=[{"role": role, "content": content} for role, content in messages],
+                tools=None,
+                documents=None,
+                add_generation_prompt=add_generation_prompt,
+                **special,
+            )
+        )
+    except (jinja2.exceptions.TemplateError, TypeError, ValueError, RecursionError) as exc:
+        raise TemplateError(f"the chat template refused it: {_short(exc)}") from None
+
+
+Request = tuple[Sequence[Message], bool]  # a conversation, add_generation_prompt
+
+
 class ChatTemplate:
+    """A model's chat template, compiled and rendered in a worker process under a budget.
+
+    A template is code from outside, read from a model folder without any flag. The sandbox
+    stops it reaching Python, but not looping (nested ``range(100000)`` loops) or building a
+    string of gigabytes, so it runs in a child process (trainmem.sources.template_worker)
+    that is killed when one conversation takes longer than ``RENDER_SECONDS``, whose memory
+    is capped, and whose output is refused beyond ``growth`` times its input. Either ends
+    the run with one TemplateBudgetError line. The caller's thread (the dashboard's worker,
+    never its UI thread) waits at most that long."""
+
+    RENDER_SECONDS = 5.0  # one conversation; real templates take milliseconds
+    START_SECONDS = 10.0  # start the worker and compile (a slow, loaded machine)
+
     def __init__(self, source: str, special_tokens: dict[str, str] | None = None) -> None:
         try:
             import jinja2
-            import jinja2.ext
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
         except ImportError:
             raise TemplateError(
                 "a chat template needs jinja2: pip install 'trainmem-tui[tokens]'"
             ) from None
-        version = tuple(int(p) for p in jinja2.__version__.split(".")[:3] if p.isdigit())
-        if version < (3, 1, 6):
-            raise TemplateError(
-                f"jinja2 {jinja2.__version__} has known sandbox escapes; chat templates need "
-                "jinja2 >= 3.1.6"
-            )
+        _check_jinja_version(jinja2.__version__)
+        from trainmem.sources.template_worker import Worker
 
-        class Generation(jinja2.ext.Extension):
-            """``{% generation %}...{% endgeneration %}``: the body, untracked."""
+        self._worker = Worker(source, dict(special_tokens or {}), self.START_SECONDS)
 
-            tags = {"generation"}  # noqa: RUF012  (jinja2 declares it so)
+    def close(self) -> None:
+        self._worker.close()
 
-            def parse(self, parser: Any) -> Any:
-                lineno = next(parser.stream).lineno
-                body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
-                call = self.call_method("_body")
-                return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
-
-            def _body(self, caller: Any) -> Any:
-                return caller()
-
-        def raise_exception(message: str) -> None:
-            raise jinja2.exceptions.TemplateError(message)
-
-        def tojson(
-            x: Any,
-            ensure_ascii: bool = False,
-            indent: int | None = None,
-            separators: Any = None,
-            sort_keys: bool = False,
-        ) -> str:
-            return json.dumps(
-                x,
-                ensure_ascii=ensure_ascii,
-                indent=indent,
-                separators=separators,
-                sort_keys=sort_keys,
-            )
-
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
+    def render_many(self, requests: Sequence[Request]) -> list[str | TemplateError]:
+        """Each conversation as the model sees it, or why the template refused it;
+        TemplateBudgetError when the template overran its budget (the run stops)."""
+        return self._worker.render(
+            [([(m.role, m.content) for m in msgs], prompt) for msgs, prompt in requests],
+            self.RENDER_SECONDS,
         )
-        env.filters["tojson"] = tojson
-        env.globals["raise_exception"] = raise_exception
-        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-        self._errors = (jinja2.exceptions.TemplateError, TypeError, ValueError, RecursionError)
-        try:
-            self._template = env.from_string(source)
-        except jinja2.exceptions.TemplateError as exc:
-            raise TemplateError(f"the chat template does not compile: {_short(exc)}") from None
-        self._special = dict(special_tokens or {})
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = False) -> str:
-        """The conversation as the model sees it; TemplateError when the template refuses it
-        (a ``raise_exception``, roles out of order)."""
-        try:
-            return self._template.render(
-                messages=[{"role": m.role, "content": m.content} for m in messages],
-                tools=None,
-                documents=None,
-                add_generation_prompt=add_generation_prompt,
-                **self._special,
-            )
-        except self._errors as exc:
-            raise TemplateError(f"the chat template refused it: {_short(exc)}") from None
+        (out,) = self.render_many([(messages, add_generation_prompt)])
+        if isinstance(out, TemplateError):
+            raise out
+        return out
 
 
 class ChatML:
@@ -127,6 +189,12 @@ class ChatML:
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = False) -> str:
         turns = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages)
         return turns + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+    def render_many(self, requests: Sequence[Request]) -> list[str | TemplateError]:
+        return [self.render(msgs, prompt) for msgs, prompt in requests]
+
+    def close(self) -> None:
+        pass
 
 
 def special_tokens(config: dict[str, Any]) -> dict[str, str]:

@@ -23,6 +23,7 @@ import tomli_w
 
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
+from trainmem.core.units import shown
 from trainmem.sources.files import FileReadError, MissingFileError, read_text
 
 if sys.version_info >= (3, 11):
@@ -88,9 +89,11 @@ def from_toml(text: str, path: Path, progress: Progress | None = None) -> PlanSe
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PlansFileError(path, f"not valid TOML: {exc}") from None
+    except ValueError:  # tomllib's int() of over 4,300 digits (sys.int_info), not a decode error
+        raise PlansFileError(path, "not valid TOML: an integer too long to read") from None
     version = doc.get("version", FORMAT_VERSION)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise PlansFileError(path, f"format version {version!r} is not a format version")
+        raise PlansFileError(path, f"format version {shown(version)} is not a format version")
     if version > FORMAT_VERSION:
         raise PlansFileError(
             path,
@@ -127,7 +130,7 @@ def _named_plan(i: int, entry: object) -> NamedPlan:
     data = dict(entry)
     name = data.pop("name", None)
     if name is not None and not isinstance(name, str):
-        raise PlanError("plan", f"plan {i}: name {name!r} is not text")
+        raise PlanError("plan", f"plan {i}: name {shown(name)} is not text")
     try:
         plan = Plan.from_dict(data)
     except PlanError as exc:

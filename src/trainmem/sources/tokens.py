@@ -28,6 +28,7 @@ from trainmem.sources import catalog, files, hf
 from trainmem.sources.chat_template import (
     ChatML,
     ChatTemplate,
+    TemplateBudgetError,
     TemplateError,
     special_tokens,
     template_from_config,
@@ -53,15 +54,35 @@ class TokensError(ValueError):
     """A tokenizer or template that was found but cannot be used: one line."""
 
 
+class TokenizerFailed(TemplateError):
+    """The tokenizer failed on one example (an unknown token and no unk id, a panic in the
+    Rust library): that example is counted as malformed, as a template's refusal is
+    (planner/lengths.py counts every TemplateError result)."""
+
+
+Count = int | str  # tokens in a text, or why the tokenizer failed on it
+
+
 class Counter(Protocol):
-    def count(self, texts: Sequence[str], *, special: bool) -> list[int]:
+    def count(self, texts: Sequence[str], *, special: bool) -> list[Count]:
         """Tokens in each text; ``special`` adds the tokenizer's own (BOS) as it would."""
         ...
 
 
 class Approximate:
-    def count(self, texts: Sequence[str], *, special: bool) -> list[int]:
+    def count(self, texts: Sequence[str], *, special: bool) -> list[Count]:
         return [math.ceil(len(t.encode("utf-8")) / APPROX_BYTES_PER_TOKEN) for t in texts]
+
+
+def _failure(exc: BaseException) -> str:
+    """Why ``tokenizers`` failed, in one short line. Its Rust panics surface as
+    ``pyo3_runtime.PanicException``, a BaseException: caught here like an Exception."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"the tokenizer failed on it: {text[:100]}"
+
+
+def _is_failure(exc: BaseException) -> bool:
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
 
 
 class Tokenizer:
@@ -81,19 +102,49 @@ class Tokenizer:
             raise TokensError(str(exc)) from None
         try:
             self._tok = HFTokenizer.from_str(text)
-        except Exception as exc:  # tokenizers raises plain Exception for a bad file
-            raise TokensError(f"{files.show(path)} is not a tokenizer.json: {exc}") from None
+        except BaseException as exc:  # tokenizers raises plain Exception (or panics)
+            if not _is_failure(exc):
+                raise
+            why = " ".join(str(exc).split())[:200]
+            raise TokensError(f"{files.show(path)} is not a tokenizer.json: {why}") from None
+        # Full lengths are counted: transformers turns a tokenizer.json's truncation and
+        # padding off unless a call asks for them (tokenization_utils_fast.py
+        # set_truncation_and_padding, transformers 5.24), and a stride >= max_length in it
+        # makes tokenizers 0.23 panic at encode time.
+        self._tok.no_truncation()
+        self._tok.no_padding()
         # encode_batch_fast (tokenizers 0.21) skips the offsets; encode_batch before it.
         self._encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
 
-    def count(self, texts: Sequence[str], *, special: bool) -> list[int]:
-        return [len(e.ids) for e in self._encode(list(texts), add_special_tokens=special)]
+    def count(self, texts: Sequence[str], *, special: bool) -> list[Count]:
+        """Each text's tokens; when the batch fails, each text again on its own, so one bad
+        example costs only itself."""
+        try:
+            return [len(e.ids) for e in self._encode(list(texts), add_special_tokens=special)]
+        except BaseException as exc:
+            if not _is_failure(exc):
+                raise
+        out: list[Count] = []
+        for text in texts:
+            try:
+                (one,) = self._encode([text], add_special_tokens=special)  # no offsets: 4x faster
+                out.append(len(one.ids))
+            except BaseException as exc:
+                if not _is_failure(exc):
+                    raise
+                out.append(_failure(exc))
+        return out
 
 
 class Renderer(Protocol):
-    def render(self, messages: Sequence[Message], add_generation_prompt: bool = False) -> str:
-        """The conversation as text (TemplateError when the template refuses it)."""
+    def render_many(
+        self, requests: Sequence[tuple[Sequence[Message], bool]]
+    ) -> list[str | TemplateError]:
+        """Each (conversation, add_generation_prompt) as text, or why the template refused
+        it; TemplateBudgetError when the template overran its budget (the run stops)."""
         ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -118,17 +169,25 @@ class Tokens:
     label: str
     notes: tuple[str, ...] = ()
 
+    def close(self) -> None:
+        """Stop the chat template's worker process (also done when this is collected)."""
+        self.template.close()
+
     def measure(self, examples: Sequence[Example]) -> list[Lengths | TemplateError]:
-        """Each example's Lengths, or why the chat template refused it; the texts of a whole
-        batch are counted in one call (the tokenizer encodes them in parallel)."""
-        plans: list[tuple[list[int], Example] | TemplateError] = []
+        """Each example's Lengths, or why the chat template or the tokenizer refused it; the
+        conversations of a batch are rendered in one exchange with the template's worker
+        and the texts counted in one call (the tokenizer encodes them in parallel).
+        TokensError when the template overran its budget: the run stops, in one line."""
+        try:
+            prepared = self._texts(examples)
+        except TemplateBudgetError as exc:
+            raise TokensError(str(exc)) from None
         texts: list[str] = []
         special: list[bool] = []
-        for ex in examples:
-            try:
-                mine = self._texts(ex)
-            except TemplateError as exc:
-                plans.append(exc)
+        plans: list[tuple[list[int], Example] | TemplateError] = []
+        for ex, mine in zip(examples, prepared, strict=True):
+            if isinstance(mine, TemplateError):
+                plans.append(mine)
                 continue
             plans.append((list(range(len(texts), len(texts) + len(mine))), ex))
             texts += mine
@@ -140,10 +199,17 @@ class Tokens:
                 out.append(plan)
                 continue
             at, ex = plan
-            n = [counts[i] for i in at]
+            got = [counts[i] for i in at]
+            failed = next((c for c in got if isinstance(c, str)), None)
+            if failed is not None:
+                out.append(TokenizerFailed(failed))
+                continue
+            n = [c for c in got if isinstance(c, int)]
             if isinstance(ex, Plain):  # prompt + answer, prompt; then the EOS
                 total = n[0] + 1
                 out.append(Lengths(total, ((min(n[1], total), total),)))
+            elif n[0] == 0:  # not a length of 0 in the report: no example trains on nothing
+                out.append(TemplateError("the chat template wrote no tokens for it (empty?)"))
             else:  # the whole chat, then (prefix, through the answer) per assistant turn
                 total = n[0]
                 spans = zip(n[1::2], n[2::2], strict=True)
@@ -152,27 +218,48 @@ class Tokens:
                 )
         return out
 
-    def _texts(self, ex: Example) -> list[str]:
-        if isinstance(ex, Plain):
-            return [ex.prompt + ex.answer, ex.prompt]
-        assert isinstance(ex, Chat)
-        msgs = ex.messages
-        texts = [self.template.render(msgs)]
-        for i, m in enumerate(msgs):
-            if m.trained:
-                texts.append(self.template.render(msgs[:i], add_generation_prompt=True))
-                texts.append(
-                    texts[0] if i == len(msgs) - 1 else self.template.render(msgs[: i + 1])
-                )
-        return texts
+    def _texts(self, examples: Sequence[Example]) -> list[list[str] | TemplateError]:
+        """The texts to count for each example: a Plain's prompt + answer and prompt; a
+        chat whole, then for each assistant turn the prefix before it (with the generation
+        prompt) and the prefix through it. All of a batch's renders go in one request."""
+        requests: list[tuple[Sequence[Message], bool]] = []
+        layout: list[list[int] | None] = []  # per chat: indexes into requests
+        for ex in examples:
+            if isinstance(ex, Plain):
+                layout.append(None)
+                continue
+            assert isinstance(ex, Chat)
+            msgs, mine = ex.messages, [len(requests)]
+            requests.append((msgs, False))
+            for i, m in enumerate(msgs):
+                if m.trained:
+                    mine.append(len(requests))
+                    requests.append((msgs[:i], True))
+                    if i == len(msgs) - 1:
+                        mine.append(mine[0])  # through the last turn: the whole chat
+                    else:
+                        mine.append(len(requests))
+                        requests.append((msgs[: i + 1], False))
+            layout.append(mine)
+        rendered = self.template.render_many(requests) if requests else []
+        out: list[list[str] | TemplateError] = []
+        for ex, at in zip(examples, layout, strict=True):
+            if at is None:
+                assert isinstance(ex, Plain)
+                out.append([ex.prompt + ex.answer, ex.prompt])
+                continue
+            texts = [rendered[i] for i in at]
+            refused = next((t for t in texts if isinstance(t, TemplateError)), None)
+            out.append(refused if refused is not None else [t for t in texts if isinstance(t, str)])
+        return out
 
-    def _count(self, texts: list[str], special: list[bool]) -> list[int]:
+    def _count(self, texts: list[str], special: list[bool]) -> list[Count]:
         """Counts in ``texts`` order; the same text is counted once."""
         unique: dict[tuple[str, bool], int] = {}
         for key in zip(texts, special, strict=True):
             unique.setdefault(key, len(unique))
         keys = list(unique)
-        counts: list[int] = [0] * len(keys)
+        counts: list[Count] = [0] * len(keys)
         for flag in (False, True):
             idx = [i for i, k in enumerate(keys) if k[1] is flag]
             for i, c in zip(

@@ -70,9 +70,26 @@ def test_too_large(tmp_path):
     assert "is larger than 4,194,304 bytes" in error(path)
 
 
-def test_aliases_do_not_blow_up(tmp_path):
-    # The "billion laughs": aliases share one object and each node is walked once.
+def test_an_alias_bomb_is_refused_before_it_is_expanded(tmp_path):
+    # The "billion laughs": 10**9 values once expanded, refused from the node graph, so
+    # neither loading nor the message ever walks them (the message used to repr them).
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
     path = write(tmp_path, "lol.yml", "\n".join([*lines, "base_model: x/y", ""]))
-    assert read_configs([path]).values["model"] == "x/y"
+    assert "aliases expand to over 100,000 values" in error(path)
+
+
+def test_ordinary_aliases_and_merge_keys_still_read(tmp_path):
+    path = write(
+        tmp_path,
+        "merge.yml",
+        """
+        defaults: &defaults {micro_batch_size: 2, sequence_len: 1024}
+        base_model: x/y
+        <<: *defaults
+        lora_target_modules: &targets [q_proj, v_proj]
+        """,
+    )
+    plan = read_configs([path])
+    assert plan.values["model"] == "x/y"
+    assert (plan.values["batch"], plan.values["seq_len"]) == (2, 1024)

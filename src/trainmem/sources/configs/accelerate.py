@@ -6,6 +6,7 @@ fields."""
 
 from __future__ import annotations
 
+from trainmem.core.units import shown
 from trainmem.sources.configs.common import ConfigPlan, Doc, ReadFile, Reading, named_path
 
 FRAMEWORK = "accelerate 1.15.0"
@@ -34,9 +35,14 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
     r = Reading(doc, FRAMEWORK, kind="launcher")
     kind = (doc.text("distributed_type") or "NO").upper()
     processes = doc.integer("num_processes")
-    machines = doc.integer("num_machines") or 1
-    if machines < 1:
-        raise doc.error("num_machines", f"{machines} is not a number of machines")
+    machines = doc.integer("num_machines")  # absent: 1 (commands/config/config_args.py:182)
+    if machines is None:
+        machines = 1
+    elif machines < 1:  # 0 too: `or 1` here once planned a machine count of 0 as 1
+        raise doc.error("num_machines", f"{machines} is not a number of machines (1 or more)")
+    if processes is not None and (processes == 0 or processes < -1):
+        # -1 is config_args.py:180's "not set" (SLURM passes it); 0 processes run nothing
+        raise doc.error("num_processes", f"{processes} is not a number of processes")
     if processes is not None and processes >= 1 and kind != "NO":
         # num_processes counts every machine's processes; gpus is per node
         if processes % machines:
@@ -83,7 +89,7 @@ def _fsdp(r: Reading) -> None:
         elif str(value).upper() in _SHARDING:
             r.set("fsdp", _SHARDING[str(value).upper()], key)
         else:
-            raise doc.error(key, f"{value!r} is not a sharding strategy")
+            raise doc.error(key, f"{shown(value)} is not a sharding strategy")
         break
     else:
         r.default("fsdp", "full-shard", "accelerate/utils/dataclasses.py:1859")

@@ -4,6 +4,7 @@ src/axolotl/utils/schemas/, the loaders under src/axolotl/loaders/)."""
 from __future__ import annotations
 
 from trainmem.core.errors import PlanError
+from trainmem.core.units import shown
 from trainmem.sources.configs import deepspeed as ds
 from trainmem.sources.configs import optimizers
 from trainmem.sources.configs.common import FIELD, ConfigPlan, Doc, ReadFile, Reading, named_path
@@ -208,7 +209,7 @@ def _method(r: Reading) -> None:
                 "to 4 bits only for adapter qlora (src/axolotl/loaders/model.py:712)"
             )
     else:
-        raise doc.error("adapter", f"{adapter!r} is not planned (lora or qlora)")
+        raise doc.error("adapter", f"{shown(adapter)} is not planned (lora or qlora)")
     _lora(r)
 
 
@@ -233,7 +234,7 @@ def _quant(r: Reading) -> None:
     quant = (doc.text(key) or "").lower()
     if quant:
         if quant not in ("nf4", "fp4"):
-            raise doc.error(key, f"{quant!r} is not nf4 or fp4")
+            raise doc.error(key, f"{shown(quant)} is not nf4 or fp4")
         r.set("quant", quant, key)
     else:
         r.default("quant", "nf4", "src/axolotl/loaders/model.py:719")
@@ -287,7 +288,7 @@ def _checkpointing(r: Reading) -> None:
     if offloading in (True, "legacy") and r.values.get("grad_ckpt"):
         r.set("ckpt_offload", True, "activation_offloading")
     else:
-        r.unmodelled_key("activation_offloading", f"{offloading!r} without checkpointing")
+        r.unmodelled_key("activation_offloading", f"{shown(offloading)} without checkpointing")
 
 
 def _precision(r: Reading) -> None:
@@ -324,7 +325,7 @@ def _attention(r: Reading) -> None:
         return  # None: transformers' default, sdpa
     attn = _ATTN.get(impl)
     if attn is None:
-        r.unmodelled_key(key, f"attention {impl!r}; planned as sdpa")
+        r.unmodelled_key(key, f"attention {shown(impl)}; planned as sdpa")
     else:
         r.set("attn", attn, key)
 

@@ -89,7 +89,11 @@ def parse(text: str) -> Command:
     cmd.args = _program_args(tokens)
     config = cmd.args.pop("config", None)
     if config is not None and cmd.config_file is None:
-        cmd.config_file = str(config)
+        if not isinstance(config, str) or not config.strip():  # `--config` with no file
+            raise PlanError(NAME, "--config names no file")
+        cmd.config_file = config
+    if head == "axolotl train" and not cmd.config_file:  # axolotl's CLI requires one
+        raise PlanError(NAME, "`axolotl train` names no config file")
     return cmd
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trainmem.core.errors import PlanError
+from trainmem.core.units import NumberError, checked_number, shown
 from trainmem.sources.files import show
 
 FIELD = "--from"  # the PlanError field of every config error: the flag that named the file
@@ -77,26 +78,21 @@ class Doc:
 
     def integer(self, key: str) -> int | None:
         value = self.lookup(key)
-        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-            return int(value.strip())
-        raise self.error(key, f"{_shown(value)} is not a whole number")
+        if value is None:
+            return None
+        try:  # 5e8 and "4" are whole numbers; 400 digits, inf and 1.5 are one line each
+            return int(checked_number(value, whole=True))
+        except NumberError as exc:
+            raise self.error(key, str(exc)) from None
 
     def number(self, key: str) -> float | None:
         value = self.lookup(key)
         if value is None:
             return None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise self.error(key, f"{_shown(value)} is not a number")
+        try:
+            return float(checked_number(value))
+        except NumberError as exc:
+            raise self.error(key, str(exc)) from None
 
     def flag(self, key: str) -> bool | None:
         value = self.lookup(key)
@@ -123,8 +119,7 @@ _FALSE = ("false", "no", "f", "n", "0")
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
+    return shown(value, 60)  # never repr: a YAML alias bomb is a billion-item list
 
 
 @dataclass(frozen=True)

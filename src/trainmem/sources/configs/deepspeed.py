@@ -6,6 +6,7 @@ from hidden_size); the rest is named as not modelled."""
 
 from __future__ import annotations
 
+from trainmem.core.units import NumberError, checked_number, shown
 from trainmem.sources.configs.common import ConfigPlan, Doc, Reading
 
 FRAMEWORK = "DeepSpeed edaa722"
@@ -82,10 +83,13 @@ def _sizes(r: Reading) -> None:
             continue
         if value == "auto" and field not in _NO_AUTO:
             r.set(field, -1, key)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-            r.set(field, int(value), key)  # JSON often writes 5e8
-        else:
-            raise doc.error(key, f'{value!r} is not a size in elements or "auto"')
+            continue
+        if isinstance(value, str):  # DeepSpeed's pydantic model reads no text but "auto"
+            raise doc.error(key, f'{shown(value)} is not a size in elements or "auto"')
+        try:  # JSON often writes 5e8; Infinity, NaN and 400 digits are one line each
+            r.set(field, int(checked_number(value, whole=True, low=0)), key)
+        except NumberError as exc:
+            raise doc.error(key, f'{exc} (a size in elements, or "auto")') from None
 
 
 def _offload(r: Reading) -> None:
@@ -95,7 +99,7 @@ def _offload(r: Reading) -> None:
         key = f"{ZERO}.{part}.device"
         device = (doc.text(key) or "none").lower() if doc.lookup(key) != "auto" else "none"
         if device not in _DEVICES:
-            raise doc.error(key, f"{device!r} is not none, cpu or nvme")
+            raise doc.error(key, f"{shown(device)} is not none, cpu or nvme")
         if device == "nvme":
             r.unmodelled_key(key, "NVMe offload: planned as CPU offload")
         where[part] = (key, device != "none")

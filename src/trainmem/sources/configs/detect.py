@@ -98,6 +98,8 @@ def read_command(text: str, cwd: Path | None = None) -> ConfigPlan:
             plan = axolotl.read(doc, read_named)
         else:
             plan = trainer_args.read(doc, read_named, trl=program[0] == "trl" or None)
+    elif program[0] in ("llamafactory-cli", "lmf"):  # --key value (hparams/parser.py read_args)
+        plan = llama_factory.read(args_doc, read_named)
     else:
         plan = trainer_args.read(args_doc, read_named, trl=program[0] == "trl" or None)
     return launcher.under(plan) if launcher is not None else plan
@@ -136,10 +138,10 @@ def _launcher_plan(cmd: command_line.Command, cwd: Path | None) -> ConfigPlan | 
     per_node_key = "nproc_per_node" if cmd.launcher == "torchrun" else "num_gpus"
     nodes_key = "nnodes" if cmd.launcher == "torchrun" else "num_nodes"
     per_node = r.doc.integer(per_node_key)
-    nodes = r.doc.integer(nodes_key) or 1
+    nodes = r.doc.integer(nodes_key)
     if per_node is not None:
-        r.set("gpus", per_node, per_node_key)  # gpus is per node
-    if nodes > 1:
+        r.set("gpus", per_node, per_node_key)  # gpus is per node; the plan checks its range
+    if nodes is not None and nodes != 1:  # 0 and negatives too: the plan's check names them
         r.set("nodes", nodes, nodes_key)
     return r.result()
 

@@ -4,6 +4,7 @@ training keys are transformers 5.24's TrainingArguments (Seq2SeqTrainingArgument
 from __future__ import annotations
 
 from trainmem.core.errors import PlanError
+from trainmem.core.units import shown
 from trainmem.sources.configs import deepspeed as ds
 from trainmem.sources.configs import optimizers
 from trainmem.sources.configs.common import FIELD, ConfigPlan, Doc, ReadFile, Reading, named_path
@@ -147,7 +148,7 @@ def _quantized(r: Reading, bits: int) -> None:
     quant = (doc.text("quantization_type") or "").lower()
     if quant:
         if quant not in ("nf4", "fp4"):
-            raise doc.error("quantization_type", f"{quant!r} is not nf4 or fp4")
+            raise doc.error("quantization_type", f"{shown(quant)} is not nf4 or fp4")
         r.set("quant", quant, "quantization_type")
     else:
         r.default("quant", "nf4", f"{HP}/model_args.py:287")

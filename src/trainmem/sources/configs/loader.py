@@ -52,19 +52,31 @@ def parse_doc(text: str, name: str, path: Path | None = None) -> Doc:
 
 
 def _yaml_doc(text: str, name: str, path: Path | None) -> Doc:
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # refuses control characters (NUL, BEL) right here
+    except yaml.reader.ReaderError as exc:
+        at = text.count("\n", 0, exc.position) + 1
+        raise PlanError(
+            FIELD, f"{name}:{at}: not valid YAML: control character {exc.character:#04x}"
+        ) from None
     try:
         node = loader.get_single_node()
+        if node is not None:
+            _check_aliases(node, name)  # before constructing: merge keys copy what they expand
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = exc.problem or exc.context or "malformed"
-        raise PlanError(FIELD, f"{name}{line}: not valid YAML: {problem}") from None
+        raise PlanError(FIELD, f"{name}{line}: not valid YAML: {_one_line(problem)}") from None
     except yaml.YAMLError as exc:
         raise PlanError(FIELD, f"{name}: not valid YAML: {_one_line(exc)}") from None
     except RecursionError:
         raise PlanError(FIELD, f"{name}: nested too deeply") from None
+    except PlanError:
+        raise
+    except (ValueError, OverflowError):  # int() of over 4,300 digits, a date like 2024-13-45
+        raise PlanError(FIELD, f"{name}: not valid YAML: a value that cannot be read") from None
     finally:
         loader.dispose()
     if data is None:
@@ -72,6 +84,53 @@ def _yaml_doc(text: str, name: str, path: Path | None) -> Doc:
     if not isinstance(data, dict):
         raise PlanError(FIELD, f"{name} holds a {type(data).__name__}, not a mapping of keys")
     return Doc(name, data, dict(_node_lines(node)), path)
+
+
+MAX_EXPANDED = 100_000  # values a YAML document may hold once its aliases are expanded
+
+
+def _check_aliases(root: Any, name: str) -> None:
+    """Refuse a document whose aliases expand to more than ``MAX_EXPANDED`` values (the
+    "billion laughs": nine aliases of nine aliases of ...) or refer to themselves.
+
+    The composed nodes are shared, not copied, so loading is cheap; but anything that walks
+    the values (a message, a comparison, axolotl's own loader) expands them, and PyYAML's
+    merge keys (``<<: [*a, *a]``) copy what they merge while constructing. So the expanded
+    size is counted on the node graph first, each node once (sizes of shared nodes are
+    memoised), without expanding anything."""
+    size: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            open_.discard(key)
+            total = 1 + sum(size[id(c)] for c in _children(node))
+            size[key] = min(total, MAX_EXPANDED + 1)
+            continue
+        if key in size:
+            continue
+        if key in open_:
+            line = node.start_mark.line + 1
+            raise PlanError(FIELD, f"{name}:{line}: not valid YAML: an alias refers to itself")
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in size)
+    if size[id(root)] > MAX_EXPANDED:
+        raise PlanError(
+            FIELD,
+            f"{name}: its YAML aliases expand to over {MAX_EXPANDED:,} values "
+            "(an alias bomb?); a training config holds a few hundred",
+        )
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def _node_lines(node: Any, prefix: str = "") -> Iterator[tuple[str, int]]:
@@ -113,8 +172,8 @@ def _json_problem(text: str, name: str) -> str | None:
     return None
 
 
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())[:200]
 
 
 __all__ = ["MAX_CONFIG", "parse_doc", "read_doc"]

@@ -5,6 +5,7 @@ modelled, never guessed: the plan keeps its optimizer and says so."""
 
 from __future__ import annotations
 
+from trainmem.core.units import shown
 from trainmem.sources.configs.common import Reading
 
 # Two moments in the parameters' dtype (torch.optim.AdamW, fused or foreach).
@@ -33,7 +34,7 @@ def read_optimizer(r: Reading, key: str) -> bool:
         return False
     plan_name = OPTIMIZER_NAMES.get(name.lower())
     if plan_name is None:
-        r.unmodelled_key(key, f"optimizer {name!r} is not modelled: planned with the default")
+        r.unmodelled_key(key, f"optimizer {shown(name)} is not modelled: planned with the default")
         return False
     r.set("optimizer", plan_name, key)
     return True

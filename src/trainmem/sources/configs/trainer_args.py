@@ -11,6 +11,7 @@ and the output says so.
 from __future__ import annotations
 
 from trainmem.core.errors import PlanError
+from trainmem.core.units import shown
 from trainmem.sources.configs import optimizers
 from trainmem.sources.configs.common import FIELD, ConfigPlan, Doc, ReadFile, Reading, named_path
 from trainmem.sources.configs.lora import set_modules_to_save, set_targets
@@ -168,7 +169,7 @@ def _method(r: Reading, trl: bool) -> None:
         r.set("method", "qlora", "load_in_4bit")
         quant = (doc.text("bnb_4bit_quant_type") or "nf4").lower()
         if quant not in ("nf4", "fp4"):
-            raise doc.error("bnb_4bit_quant_type", f"{quant!r} is not nf4 or fp4")
+            raise doc.error("bnb_4bit_quant_type", f"{shown(quant)} is not nf4 or fp4")
         if doc.has("bnb_4bit_quant_type"):
             r.set("quant", quant, "bnb_4bit_quant_type")
         else:
@@ -261,7 +262,7 @@ def _load_dtype(r: Reading, trl: bool) -> tuple[str, str]:
         if text and text != "auto":
             dtype = _DTYPES.get(text.lower().removeprefix("torch."))
             if dtype is None:
-                raise doc.error(key, f"{text!r} is not float32, bfloat16 or float16")
+                raise doc.error(key, f"{shown(text)} is not float32, bfloat16 or float16")
             return dtype, key
     if trl:  # SFTTrainer: a model given by id loads in float32 (trl/trainer/utils.py:1332)
         return "fp32", "float32 (trl/trainer/model_config.py:89, utils.py:1332)"
@@ -317,7 +318,7 @@ def _loss(r: Reading, trl: bool) -> None:
     if trl and loss in ("nll", "chunked_nll", "dft"):  # all through TRL's chunked head
         r.set("loss", "chunked", "loss_type")
     elif trl and loss:
-        r.unmodelled_key("loss_type", f"loss {loss!r}")
+        r.unmodelled_key("loss_type", f"loss {shown(loss)}")
     liger = doc.flag("use_liger_kernel")
     fused = doc.flag("liger_kernel_config.fused_linear_cross_entropy")
     if liger and trl:  # TRL forces Liger's fused loss off (sft_trainer.py:1127-1140)
@@ -337,7 +338,7 @@ def _attention(r: Reading) -> None:
             continue
         attn = _ATTN.get(text)
         if attn is None:
-            r.unmodelled_key(key, f"attention {text!r}; planned as sdpa")
+            r.unmodelled_key(key, f"attention {shown(text)}; planned as sdpa")
         else:
             r.set("attn", attn, key)
         return
@@ -381,7 +382,7 @@ def _fsdp(r: Reading) -> None:
         elif word == "offload":
             r.set("offload", "params", "fsdp")
         elif word != "auto_wrap":
-            raise doc.error("fsdp", f"{word!r} is not an FSDP option")
+            raise doc.error("fsdp", f"{shown(word)} is not an FSDP option")
     reshard = doc.lookup("fsdp_config.reshard_after_forward")
     if isinstance(reshard, bool):
         r.set(

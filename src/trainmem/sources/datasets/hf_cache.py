@@ -20,6 +20,7 @@ import os
 import re
 from pathlib import Path
 
+from trainmem.core.units import shown
 from trainmem.sources import files
 from trainmem.sources.datasets.records import DatasetError
 
@@ -53,10 +54,21 @@ def split_reference(text: str) -> tuple[str, str | None, str]:
 
 
 def _dirs(folder: Path) -> list[Path]:
+    """The folders in ``folder`` (none when it does not exist); a folder that cannot be
+    listed (no permission, not a folder, a symlink loop) is one DatasetError line, not a
+    silent "not cached"."""
+    return [p for p in _listing(folder) if p.is_dir()]
+
+
+def _listing(folder: Path) -> list[Path]:
     try:
-        return sorted(p for p in folder.iterdir() if p.is_dir())
-    except OSError:
+        return sorted(folder.iterdir())
+    except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise DatasetError(
+            f"cannot list {files.show(folder)} in the datasets cache: {files.reason(exc)}"
+        ) from None
 
 
 def cached_arrow_files(text: str) -> tuple[list[Path], str] | None:
@@ -75,17 +87,26 @@ def cached_arrow_files(text: str) -> tuple[list[Path], str] | None:
     if config not in configs:
         listed = ", ".join(sorted(configs)) or "none"
         raise DatasetError(
-            f"{repo} is in the datasets cache without config {config!r} (cached: {listed}); "
+            f"{repo} is in the datasets cache without config {shown(config)} (cached: {listed}); "
             f"give {repo}/CONFIG"
         )
     pattern = re.compile(rf".+-{re.escape(split)}{_SHARD}")
     copies = [h for v in _dirs(configs[config]) for h in _dirs(v)]
-    with_split = [(h, sorted(p for p in h.iterdir() if pattern.fullmatch(p.name))) for h in copies]
+    with_split = [(h, [p for p in _listing(h) if pattern.fullmatch(p.name)]) for h in copies]
     with_split = [(h, arrows) for h, arrows in with_split if arrows]
     if not with_split:
-        raise DatasetError(f"{repo} ({config}) is in the datasets cache without a {split!r} split")
-    folder, arrows = max(with_split, key=lambda c: c[0].stat().st_mtime)  # the newest copy
+        raise DatasetError(
+            f"{repo} ({config}) is in the datasets cache without a {shown(split)} split"
+        )
+    folder, arrows = max(with_split, key=lambda c: _mtime(c[0]))  # the newest copy
     return arrows, f"datasets cache {files.show(folder)}"
+
+
+def _mtime(folder: Path) -> float:
+    try:
+        return folder.stat().st_mtime
+    except OSError:  # removed since it was listed: the oldest
+        return 0.0
 
 
 def saved_arrow_files(folder: Path, split: str = "train") -> list[Path] | None:
@@ -93,7 +114,7 @@ def saved_arrow_files(folder: Path, split: str = "train") -> list[Path] | None:
     DatasetDict); None when the folder is neither."""
     if files.kind(folder / "dataset_dict.json") == "file":
         if files.kind(folder / split) != "dir":
-            raise DatasetError(f"{files.show(folder)} holds no {split!r} split")
+            raise DatasetError(f"{files.show(folder)} holds no {shown(split)} split")
         folder = folder / split
     if files.kind(folder / "state.json") != "file":
         return None

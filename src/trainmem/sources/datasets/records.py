@@ -18,6 +18,7 @@ import csv
 import gzip
 import io
 import json
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,19 +263,41 @@ def arrow_rows(f: IO[bytes]) -> Iterator[Item]:
 
 def open_records(path: Path, kind: str, columns: list[str] | None = None) -> Iterator[Item]:
     """The records of the file at ``path`` read as ``kind`` (see ``detect.file_kind``)."""
+    name = files.show(path)
     try:
         with files.open_file(path, what="dataset") as (raw, _size):
             if kind == "parquet":
                 yield from parquet_rows(raw, columns)
             elif kind == "arrow":
                 yield from arrow_rows(raw)
-            elif kind == "jsonl":
-                yield from json_lines(_text_source(raw))
-            elif kind == "json":
-                yield from json_document(_text_source(raw), f"dataset {files.show(path)}")
             else:
-                yield from csv_rows(_text_source(raw), "\t" if kind == "tsv" else ",")
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:  # a truncated .gz, a read error
-        raise DatasetError(f"cannot read {files.show(path)}: {_short(exc)}") from None
+                yield from _decompressed(_text_records(raw, kind, name), name)
+    except OSError as exc:  # a read error
+        raise DatasetError(f"cannot read {name}: {_short(exc)}") from None
     except files.FileReadError as exc:
         raise DatasetError(str(exc)) from None
+
+
+def _text_records(raw: IO[bytes], kind: str, name: str) -> Iterator[Item]:
+    if kind == "jsonl":
+        return json_lines(_text_source(raw))
+    if kind == "json":
+        return json_document(_text_source(raw), f"dataset {name}")
+    return csv_rows(_text_source(raw), "\t" if kind == "tsv" else ",")
+
+
+def _decompressed(records: Iterator[Item], name: str) -> Iterator[Item]:
+    """``records`` with a broken gzip stream as one DatasetError naming the last line read:
+    zlib.error (a corrupt body) is no OSError, and BadGzipFile's own words are better than
+    the OSError message files.open_file would give it."""
+    last = 0
+    try:
+        for item in records:
+            last = item[0]
+            yield item
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        after = f" after line {last:,}" if last else ""
+        raise DatasetError(f"{name}: the gzip data is corrupt{after} ({_short(exc)})") from None
+    except EOFError:
+        after = f" after line {last:,}" if last else ""
+        raise DatasetError(f"{name}: the gzip data ends early{after} (a truncated file?)") from None

@@ -1,0 +1,263 @@
+"""The process a chat template from outside runs in, and the handle that drives it.
+
+``Worker`` (the parent's side) starts ``python -m trainmem.sources.template_worker``, sends it
+the template, then batches of conversations, and reads one answer per conversation, each
+within a deadline; past it the child is killed (SIGKILL cannot be blocked or ignored). The
+child (``main``) caps its own memory (RLIMIT_AS) and CPU time per conversation (RLIMIT_CPU,
+so that it dies even if its parent is gone), and refuses a rendered text larger than
+``GROWTH`` times its input plus ``SLACK`` characters.
+
+Frames both ways: 8 bytes of big-endian length, then UTF-8 JSON. Answers: ``{"text": ...}``,
+``{"refused": why}`` (that conversation only), ``{"budget": why}`` (the run stops).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import struct
+import subprocess
+import sys
+import time
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from trainmem.sources.chat_template import (
+    ChatTemplate,
+    TemplateBudgetError,
+    TemplateError,
+    compile_template,
+    render_compiled,
+)
+
+MEMORY_LIMIT = 4 * 2**30  # bytes of address space for the child: far above any real render
+GROWTH = 4  # a render may be this many times its messages' text...
+SLACK = 2**20  # ...plus this many characters (system prompts, tool lists, dates)
+CHUNK = 2**20  # characters of conversations sent per frame (at least one conversation)
+_LENGTH = struct.Struct(">Q")
+
+Conversation = list[tuple[str, str]]  # (role, content)
+
+
+def _frame(value: Any) -> bytes:
+    data = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return _LENGTH.pack(len(data)) + data
+
+
+class Worker:
+    """The parent's handle on one template's child process."""
+
+    def __init__(self, source: str, special: dict[str, str], start_seconds: float) -> None:
+        package_root = str(Path(__file__).resolve().parents[2])  # where `trainmem` is
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "trainmem.sources.template_worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,  # a crash is told in one line, not its traceback
+                env=env,
+            )
+        except OSError as exc:
+            raise TemplateError(f"cannot start the chat template's worker: {exc}") from None
+        self._closed = weakref.finalize(self, _stop, self._proc)
+        answer = self._exchange({"source": source, "special": special}, start_seconds)
+        if "error" in answer:
+            self.close()
+            raise TemplateError(str(answer["error"]))
+
+    def close(self) -> None:
+        self._closed()
+
+    def render(
+        self, conversations: Sequence[tuple[Conversation, bool]], seconds: float
+    ) -> list[str | TemplateError]:
+        """Each conversation rendered, or why the template refused it. TemplateBudgetError
+        (and the child stopped) when one takes over ``seconds`` or grows past the budget."""
+        out: list[str | TemplateError] = []
+        i = 0
+        while i < len(conversations):
+            chunk: list[Any] = []
+            size = 0
+            while i < len(conversations) and (not chunk or size < CHUNK):
+                messages, prompt = conversations[i]
+                chunk.append([[[r, c] for r, c in messages], prompt])
+                size += sum(len(c) for _, c in messages)
+                i += 1
+            self._send({"render": chunk})
+            for _ in chunk:
+                answer = self._receive(seconds, "one conversation")
+                if "budget" in answer:
+                    self.close()
+                    raise TemplateBudgetError(str(answer["budget"]))
+                if "refused" in answer:
+                    out.append(TemplateError(str(answer["refused"])))
+                else:
+                    out.append(str(answer["text"]))
+        return out
+
+    def _exchange(self, value: Any, seconds: float) -> dict[str, Any]:
+        self._send(value)
+        return self._receive(seconds, "starting")
+
+    def _send(self, value: Any) -> None:
+        stdin = self._proc.stdin
+        assert stdin is not None
+        try:
+            stdin.write(_frame(value))
+            stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._ended() from None
+
+    def _receive(self, seconds: float, what: str) -> dict[str, Any]:
+        stdout = self._proc.stdout
+        assert stdout is not None
+        deadline = time.monotonic() + seconds
+        header = _read_exactly(stdout, _LENGTH.size, deadline)
+        if header is None:
+            raise self._timed_out(what, seconds)
+        if not header:
+            raise self._ended()
+        data = _read_exactly(stdout, _LENGTH.unpack(header)[0], deadline)
+        if data is None:
+            raise self._timed_out(what, seconds)
+        answer = json.loads(data.decode("utf-8", "surrogatepass"))
+        assert isinstance(answer, dict)
+        return answer
+
+    def _timed_out(self, what: str, seconds: float) -> TemplateBudgetError:
+        self.close()
+        if what == "starting":
+            return TemplateBudgetError(f"the chat template did not compile within {seconds:g} s")
+        return TemplateBudgetError(
+            f"the chat template ran over {seconds:g} s on {what} and was stopped "
+            "(a loop that does not end?)"
+        )
+
+    def _ended(self) -> TemplateBudgetError:
+        code = self._proc.poll()
+        self.close()
+        why = "out of memory or CPU time" if code is not None and code < 0 else f"exit {code}"
+        return TemplateBudgetError(f"the chat template's worker process ended ({why})")
+
+
+def _read_exactly(f: IO[bytes], n: int, deadline: float) -> bytes | None:
+    """``n`` bytes from the pipe by ``deadline``: None when time ran out, ``b""`` at EOF."""
+    fd = f.fileno()
+    parts: list[bytes] = []
+    got = 0
+    while got < n:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        part = os.read(fd, min(n - got, 2**20))
+        if not part:
+            return b""
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
+# -- the child ------------------------------------------------------------------------------
+
+
+def _limit_memory() -> None:
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    except (ImportError, ValueError, OSError):  # not on this platform: the deadline remains
+        pass
+
+
+def _cpu_budget(seconds: float) -> None:
+    """Die by SIGXCPU once this process has used ``seconds`` more CPU time (the soft limit
+    is moved for each conversation; the hard one is left, so it can be moved again)."""
+    try:
+        import resource
+
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        now = int(used.ru_utime + used.ru_stime) + 1
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = now + int(seconds) + 1
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def _read_frame(f: IO[bytes]) -> Any:
+    header = f.read(_LENGTH.size)
+    if len(header) < _LENGTH.size:
+        return None
+    return json.loads(f.read(_LENGTH.unpack(header)[0]).decode("utf-8", "surrogatepass"))
+
+
+def _write(f: IO[bytes], value: Any) -> None:
+    f.write(_frame(value))
+    f.flush()
+
+
+def main() -> None:
+    import signal
+
+    # The dashboard blocks SIGHUP and SIGTERM in every thread (cli/exit_guard.py) and a
+    # child inherits the mask: unblock them, so the child ends as any process does.
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    _limit_memory()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    init = _read_frame(stdin)
+    if init is None:
+        return
+    _cpu_budget(ChatTemplate.START_SECONDS)
+    try:
+        template = compile_template(init["source"])
+    except TemplateError as exc:
+        _write(stdout, {"error": str(exc)})
+        return
+    special = {str(k): str(v) for k, v in init["special"].items()}
+    _write(stdout, {"ok": True})
+    while (request := _read_frame(stdin)) is not None:
+        for messages, prompt in request["render"]:
+            _write(stdout, _render_one(template, special, messages, bool(prompt)))
+
+
+def _render_one(template: Any, special: dict[str, str], messages: Any, prompt: bool) -> Any:
+    pairs = [(str(role), str(content)) for role, content in messages]
+    _cpu_budget(ChatTemplate.RENDER_SECONDS)
+    try:
+        text = render_compiled(template, special, pairs, prompt)
+    except TemplateError as exc:
+        return {"refused": str(exc)}
+    except MemoryError:
+        return {"budget": f"the chat template needed over {MEMORY_LIMIT // 2**30} GiB"}
+    except Exception as exc:  # ZeroDivisionError, OverflowError...: that conversation only
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:100]
+        return {"refused": f"the chat template refused it: {why}"}
+    given = sum(len(c) for _, c in pairs)
+    if len(text) > GROWTH * given + SLACK:
+        return {
+            "budget": f"the chat template wrote {len(text):,} characters for {given:,} of "
+            f"messages (over {GROWTH}x plus {SLACK:,}) and was stopped"
+        }
+    return {"text": text}
+
+
+if __name__ == "__main__":
+    main()
