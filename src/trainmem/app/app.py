@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -30,6 +30,7 @@ from trainmem.app.messages import (
     ProcessesFound,
     RunLogRead,
 )
+from trainmem.app.options import DashboardOptions
 from trainmem.app.runs import ProcessPoller, RunLogPoller
 from trainmem.app.screens.plan import PlanScreen
 from trainmem.app.session import SessionFile
@@ -44,7 +45,6 @@ from trainmem.sources.plan_files import (
 )
 
 if TYPE_CHECKING:  # the sampler module loads NVML bindings: imported when sampling starts
-    from trainmem.core.calibration import Calibration
     from trainmem.devices.sampler import HistoryPoint
     from trainmem.devices.snapshot import Snapshot  # the sampler's too: the first frame has none
 
@@ -168,58 +168,40 @@ class TrainmemApp(App[None]):
     loading_text = var("")  # progress of a plans file read in the background
 
     def __init__(
-        self,
-        *,
-        plan_set: PlanSet | None = None,
-        plans_path: Path | None = None,
-        interval: float = 1.0,
-        sampler_factory: SamplerFactory = real_sampler,
-        startup_messages: Iterable[tuple[str, str]] = (),
-        broken_paths: Iterable[Path] = (),
-        scan_hf_cache: bool = True,
-        cursor_blink: bool = False,
-        load_in_background: Path | None = None,
-        config_watch: WatchedConfig | None = None,
-        data: str | None = None,
-        tokenizer: str | None = None,
-        run_logs: Iterable[str | Path] = (),
-        find_processes: bool = False,
-        calibrations: Mapping[str, Calibration] | None = None,
-        keymap: Mapping[str, str] | None = None,
+        self, options: DashboardOptions, sampler_factory: SamplerFactory = real_sampler
     ) -> None:
+        o = options
         super().__init__()
         # The user's keys by binding id (trainmem.app.keymap, read before start-up).
-        self.keymap = dict(keymap or {})
+        self.keymap = dict(o.keymap or {})
         if self.keymap:
             self.set_keymap(self.keymap)
-        # Off by default: a blinking cursor repaints twice a second, which over SSH for a
-        # dashboard left open all day is traffic and CPU for nothing (and a clock in snapshots).
-        self.cursor_blink = cursor_blink
+        self.cursor_blink = o.cursor_blink  # off by default: see DashboardOptions
         self.state = DashboardState(
-            plan_set, plans_path, {p.resolve() for p in broken_paths}, calibrations
+            o.plan_set, o.plans_path, {p.resolve() for p in o.broken_paths}, o.calibrations
         )
         self.state.sampler = _NoSampler()
         # The session file as found now: saving at exit merges what another dashboard on the
         # same state directory saved after this point.
-        self.session = SessionFile(session_path(), plan_set.plans if plan_set else ())
-        self.interval = interval
+        self.session = SessionFile(session_path(), o.plan_set.plans if o.plan_set else ())
+        self.interval = o.interval
         self._sampler_factory = sampler_factory
-        self._startup_messages = list(startup_messages)
-        self._scan_hf_cache = scan_hf_cache
+        self._startup_messages = list(o.startup_messages)
+        self._scan_hf_cache = o.scan_hf_cache
         self._cache_scanned = False
         # A large plans file (the session, or --compare) read after the first frame; plans
         # given by flags stay after the ones it holds.
-        self._background = load_in_background
-        self._flags_plans = plan_set is not None  # kept after a file read in the background
+        self._background = o.load_in_background
+        self._flags_plans = o.plan_set is not None  # kept after a file read in the background
         # Training configs plans were opened from (--from, Ctrl+O), re-read when saved.
-        self.watches: list[WatchedConfig] = [config_watch] if config_watch else []
+        self.watches: list[WatchedConfig] = [o.config_watch] if o.config_watch else []
         self._watching = False
         self._stop_watching = threading.Event()
-        self._data = (data, tokenizer) if data else None  # counted after the first frame
+        self._data = (o.data, o.tokenizer) if o.data else None  # counted after the first frame
         # Probe logs tailed, and training processes looked for, from the first frame on
         # (the pollers touch nothing until the polling worker first calls them).
-        self.run_pollers = [RunLogPoller(p) for p in run_logs]
-        self.process_poller = ProcessPoller(self._processes_wanted) if find_processes else None
+        self.run_pollers = [RunLogPoller(p) for p in o.run_logs]
+        self.process_poller = ProcessPoller(self._processes_wanted) if o.find_processes else None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -590,44 +572,14 @@ class _NoSampler:
 
 def make_app(
     *,
-    plan_set: PlanSet | None = None,
-    plans_path: Path | None = None,
-    interval: float = 1.0,
     sampler_factory: SamplerFactory | None = None,
-    startup_messages: Iterable[tuple[str, str]] = (),
-    broken_paths: Iterable[Path] = (),
-    scan_hf_cache: bool = True,
-    cursor_blink: bool = False,
-    load_in_background: Path | None = None,
     prometheus: str | None = None,
     select: str = "",
-    config_watch: WatchedConfig | None = None,
-    data: str | None = None,
-    tokenizer: str | None = None,
-    run_logs: Iterable[str | Path] = (),
-    find_processes: bool = False,
-    calibrations: Mapping[str, Calibration] | None = None,
-    keymap: Mapping[str, str] | None = None,
+    **options: Any,
 ) -> TrainmemApp:
-    """The dashboard. Without ``sampler_factory`` it samples this machine's real devices, or
-    with ``prometheus`` (a server URL) the cluster's nodes, filtered by ``select``."""
+    """The dashboard opened with ``options`` (the fields of DashboardOptions). Without
+    ``sampler_factory`` it samples this machine's real devices, or with ``prometheus`` (a
+    server URL) the cluster's nodes, filtered by ``select``."""
     if sampler_factory is None and prometheus:
         sampler_factory = cluster_sampler(prometheus, select)
-    return TrainmemApp(
-        plan_set=plan_set,
-        plans_path=plans_path,
-        interval=interval,
-        sampler_factory=sampler_factory or real_sampler,
-        startup_messages=startup_messages,
-        broken_paths=broken_paths,
-        scan_hf_cache=scan_hf_cache,
-        cursor_blink=cursor_blink,
-        load_in_background=load_in_background,
-        config_watch=config_watch,
-        data=data,
-        tokenizer=tokenizer,
-        run_logs=run_logs,
-        find_processes=find_processes,
-        calibrations=calibrations,
-        keymap=keymap,
-    )
+    return TrainmemApp(DashboardOptions(**options), sampler_factory or real_sampler)

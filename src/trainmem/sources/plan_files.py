@@ -23,6 +23,7 @@ import tomli_w
 
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
+from trainmem.core.text import visible
 from trainmem.core.units import shown
 from trainmem.sources.files import FileReadError, MissingFileError, read_text
 
@@ -121,6 +122,7 @@ def from_toml(text: str, path: Path, progress: Progress | None = None) -> PlanSe
 
 
 PROGRESS_EVERY = 1000
+NAME_LIMIT = 200  # characters of a plan's name
 
 
 def _named_plan(i: int, entry: object) -> NamedPlan:
@@ -131,6 +133,8 @@ def _named_plan(i: int, entry: object) -> NamedPlan:
     name = data.pop("name", None)
     if name is not None and not isinstance(name, str):
         raise PlanError("plan", f"plan {i}: name {shown(name)} is not text")
+    if name:  # a label from a file: shown everywhere, so made safe once, here
+        name = _label(name)
     try:
         plan = Plan.from_dict(data)
     except PlanError as exc:
@@ -138,6 +142,14 @@ def _named_plan(i: int, entry: object) -> NamedPlan:
         raise PlanError("plan", f"{label}: {exc}") from None
     auto = not name or _legacy_default_name(name, plan)
     return NamedPlan(name if name and not auto else "", plan, auto=auto)
+
+
+def _label(name: str) -> str:
+    """A plan's name as read from a file: control characters and escape sequences written
+    out (``\x1b``: a terminal never acts on them, wherever the name is shown or exported),
+    and cut to ``NAME_LIMIT`` characters."""
+    name = visible(name)
+    return name if len(name) <= NAME_LIMIT else name[: NAME_LIMIT - 1] + "…"
 
 
 def _summary(problems: list[str]) -> str:

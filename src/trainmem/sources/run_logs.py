@@ -33,6 +33,7 @@ from trainmem.core.architecture import ModelSpec, spec_from_config
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import PLAN_FIELDS, Plan
 from trainmem.core.run_log import DESCRIBED, END, FORMAT_VERSION, RUN, STEP, rank_name, rank_of
+from trainmem.core.text import visible
 from trainmem.core.units import MAX_SIZE
 from trainmem.sources import files
 
@@ -419,7 +420,8 @@ def rebuild_plan(log: RunLog) -> RebuiltPlan:
 def _spec(log: RunLog, where: str) -> ModelSpec:
     model = log.run.get("model")
     model = model if isinstance(model, dict) else {}
-    name = str(model.get("name") or "model from run log")
+    # A label from someone's log: written out visibly, so the plan's model field holds it
+    name = visible(str(model.get("name") or "model from run log"))[:200]
     config = model.get("config")
     if isinstance(config, dict):
         try:
