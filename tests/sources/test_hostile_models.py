@@ -262,7 +262,7 @@ def test_large_but_accepted_configs_give_sane_estimates(tmp_path, base, changed)
         ({"vocab_size": 1e30}, "'vocab_size' must be a positive integer up to 16,777,216"),
         ({"num_hidden_layers": 10**7}, "'num_hidden_layers' must be a positive integer"),
         ({"head_dim": -128}, "'head_dim' must be a positive integer"),
-        ({"hidden_size": [4096]}, "(got a list)"),
+        ({"hidden_size": [4096]}, "(got [4096])"),
         ({"hidden_size": True}, "(got True)"),
         ({"num_experts": 8, "num_experts_per_tok": 9}, "exceeds the number of experts"),
         ({"hidden_size": 2**20, "vocab_size": 2**24, "num_hidden_layers": 10_000}, "over the"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -137,21 +138,35 @@ def render_compiled(
 Request = tuple[Sequence[Message], bool]  # a conversation, add_generation_prompt
 
 
+@dataclass(frozen=True)
+class Budget:
+    """What one conversation's render may cost before the run is stopped. Real templates
+    take milliseconds and write their messages plus a few hundred characters of markers."""
+
+    seconds: float = 5.0  # wall time (and CPU time) per conversation
+    memory: int = 4 * 2**30  # bytes of address space for the worker process
+    growth: int = 4  # a render may be this many times its messages' text...
+    slack: int = 2**20  # ...plus this many characters (system prompts, tool lists, dates)
+    start_seconds: float = 10.0  # start the worker and compile (a slow, loaded machine)
+
+
 class ChatTemplate:
-    """A model's chat template, compiled and rendered in a worker process under a budget.
+    """A model's chat template, compiled and rendered in a worker process under a Budget.
 
     A template is code from outside, read from a model folder without any flag. The sandbox
     stops it reaching Python, but not looping (nested ``range(100000)`` loops) or building a
     string of gigabytes, so it runs in a child process (trainmem.sources.template_worker)
-    that is killed when one conversation takes longer than ``RENDER_SECONDS``, whose memory
-    is capped, and whose output is refused beyond ``growth`` times its input. Either ends
-    the run with one TemplateBudgetError line. The caller's thread (the dashboard's worker,
-    never its UI thread) waits at most that long."""
+    that is killed when one conversation takes longer than its budget, whose memory is
+    capped, and whose output is refused beyond ``growth`` times its input. Each ends the run
+    with one TemplateBudgetError line. The caller's thread (the dashboard's worker, never
+    its UI thread) waits at most ``seconds`` per conversation."""
 
-    RENDER_SECONDS = 5.0  # one conversation; real templates take milliseconds
-    START_SECONDS = 10.0  # start the worker and compile (a slow, loaded machine)
-
-    def __init__(self, source: str, special_tokens: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        source: str,
+        special_tokens: dict[str, str] | None = None,
+        budget: Budget | None = None,
+    ) -> None:
         try:
             import jinja2
         except ImportError:
@@ -161,7 +176,7 @@ class ChatTemplate:
         _check_jinja_version(jinja2.__version__)
         from trainmem.sources.template_worker import Worker
 
-        self._worker = Worker(source, dict(special_tokens or {}), self.START_SECONDS)
+        self._worker = Worker(source, dict(special_tokens or {}), budget or Budget())
 
     def close(self) -> None:
         self._worker.close()
@@ -170,8 +185,7 @@ class ChatTemplate:
         """Each conversation as the model sees it, or why the template refused it;
         TemplateBudgetError when the template overran its budget (the run stops)."""
         return self._worker.render(
-            [([(m.role, m.content) for m in msgs], prompt) for msgs, prompt in requests],
-            self.RENDER_SECONDS,
+            [([(m.role, m.content) for m in msgs], prompt) for msgs, prompt in requests]
         )
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = False) -> str:

@@ -4,8 +4,8 @@
 the template, then batches of conversations, and reads one answer per conversation, each
 within a deadline; past it the child is killed (SIGKILL cannot be blocked or ignored). The
 child (``main``) caps its own memory (RLIMIT_AS) and CPU time per conversation (RLIMIT_CPU,
-so that it dies even if its parent is gone), and refuses a rendered text larger than
-``GROWTH`` times its input plus ``SLACK`` characters.
+so that it dies even if its parent is gone), and refuses a rendered text larger than the
+budget's ``growth`` times its input plus ``slack`` characters (chat_template.Budget).
 
 Frames both ways: 8 bytes of big-endian length, then UTF-8 JSON. Answers: ``{"text": ...}``,
 ``{"refused": why}`` (that conversation only), ``{"budget": why}`` (the run stops).
@@ -27,16 +27,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from trainmem.sources.chat_template import (
-    ChatTemplate,
+    Budget,
     TemplateBudgetError,
     TemplateError,
     compile_template,
     render_compiled,
 )
 
-MEMORY_LIMIT = 4 * 2**30  # bytes of address space for the child: far above any real render
-GROWTH = 4  # a render may be this many times its messages' text...
-SLACK = 2**20  # ...plus this many characters (system prompts, tool lists, dates)
 CHUNK = 2**20  # characters of conversations sent per frame (at least one conversation)
 _LENGTH = struct.Struct(">Q")
 
@@ -51,7 +48,8 @@ def _frame(value: Any) -> bytes:
 class Worker:
     """The parent's handle on one template's child process."""
 
-    def __init__(self, source: str, special: dict[str, str], start_seconds: float) -> None:
+    def __init__(self, source: str, special: dict[str, str], budget: Budget) -> None:
+        self._budget = budget
         package_root = str(Path(__file__).resolve().parents[2])  # where `trainmem` is
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
@@ -66,7 +64,14 @@ class Worker:
         except OSError as exc:
             raise TemplateError(f"cannot start the chat template's worker: {exc}") from None
         self._closed = weakref.finalize(self, _stop, self._proc)
-        answer = self._exchange({"source": source, "special": special}, start_seconds)
+        limits = {
+            "seconds": budget.seconds,
+            "memory": budget.memory,
+            "growth": budget.growth,
+            "slack": budget.slack,
+        }
+        init = {"source": source, "special": special, "budget": limits}
+        answer = self._exchange(init, budget.start_seconds)
         if "error" in answer:
             self.close()
             raise TemplateError(str(answer["error"]))
@@ -75,10 +80,10 @@ class Worker:
         self._closed()
 
     def render(
-        self, conversations: Sequence[tuple[Conversation, bool]], seconds: float
+        self, conversations: Sequence[tuple[Conversation, bool]]
     ) -> list[str | TemplateError]:
         """Each conversation rendered, or why the template refused it. TemplateBudgetError
-        (and the child stopped) when one takes over ``seconds`` or grows past the budget."""
+        (and the child stopped) when one takes over the budget's seconds or grows past it."""
         out: list[str | TemplateError] = []
         i = 0
         while i < len(conversations):
@@ -91,7 +96,7 @@ class Worker:
                 i += 1
             self._send({"render": chunk})
             for _ in chunk:
-                answer = self._receive(seconds, "one conversation")
+                answer = self._receive(self._budget.seconds, "one conversation")
                 if "budget" in answer:
                     self.close()
                     raise TemplateBudgetError(str(answer["budget"]))
@@ -176,11 +181,11 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 # -- the child ------------------------------------------------------------------------------
 
 
-def _limit_memory() -> None:
+def _limit_memory(limit: int) -> None:
     try:
         import resource
 
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ImportError, ValueError, OSError):  # not on this platform: the deadline remains
         pass
 
@@ -220,12 +225,13 @@ def main() -> None:
     # The dashboard blocks SIGHUP and SIGTERM in every thread (cli/exit_guard.py) and a
     # child inherits the mask: unblock them, so the child ends as any process does.
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
-    _limit_memory()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     init = _read_frame(stdin)
     if init is None:
         return
-    _cpu_budget(ChatTemplate.START_SECONDS)
+    budget = Budget(**init["budget"])
+    _limit_memory(budget.memory)
+    _cpu_budget(budget.start_seconds)
     try:
         template = compile_template(init["source"])
     except TemplateError as exc:
@@ -235,26 +241,28 @@ def main() -> None:
     _write(stdout, {"ok": True})
     while (request := _read_frame(stdin)) is not None:
         for messages, prompt in request["render"]:
-            _write(stdout, _render_one(template, special, messages, bool(prompt)))
+            _write(stdout, _render_one(template, special, messages, bool(prompt), budget))
 
 
-def _render_one(template: Any, special: dict[str, str], messages: Any, prompt: bool) -> Any:
+def _render_one(
+    template: Any, special: dict[str, str], messages: Any, prompt: bool, budget: Budget
+) -> Any:
     pairs = [(str(role), str(content)) for role, content in messages]
-    _cpu_budget(ChatTemplate.RENDER_SECONDS)
+    _cpu_budget(budget.seconds)
     try:
         text = render_compiled(template, special, pairs, prompt)
     except TemplateError as exc:
         return {"refused": str(exc)}
     except MemoryError:
-        return {"budget": f"the chat template needed over {MEMORY_LIMIT // 2**30} GiB"}
+        return {"budget": f"the chat template needed over {budget.memory:,} bytes and was stopped"}
     except Exception as exc:  # ZeroDivisionError, OverflowError...: that conversation only
         why = " ".join(f"{type(exc).__name__}: {exc}".split())[:100]
         return {"refused": f"the chat template refused it: {why}"}
     given = sum(len(c) for _, c in pairs)
-    if len(text) > GROWTH * given + SLACK:
+    if len(text) > budget.growth * given + budget.slack:
         return {
             "budget": f"the chat template wrote {len(text):,} characters for {given:,} of "
-            f"messages (over {GROWTH}x plus {SLACK:,}) and was stopped"
+            f"messages (over {budget.growth}x plus {budget.slack:,}) and was stopped"
         }
     return {"text": text}
 

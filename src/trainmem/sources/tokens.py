@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from trainmem.sources import catalog, files, hf
 from trainmem.sources.chat_template import (
+    Budget,
     ChatML,
     ChatTemplate,
     TemplateBudgetError,
@@ -339,9 +340,10 @@ def _config(path: Path | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def load_tokens(model: str, explicit: str | None = None) -> Tokens:
+def load_tokens(model: str, explicit: str | None = None, *, budget: Budget | None = None) -> Tokens:
     """How to count ``model``'s examples: its tokenizer and chat template when found,
-    otherwise the approximation (with ChatML assumed for conversations)."""
+    otherwise the approximation (with ChatML assumed for conversations). The template runs
+    under ``budget`` (chat_template.Budget's defaults when None)."""
     found = find_tokenizer(model, explicit)
     if found is None:
         return Tokens(
@@ -369,5 +371,5 @@ def load_tokens(model: str, explicit: str | None = None) -> Tokens:
     if source is None:
         notes, origin = ("the tokenizer has no chat template: ChatML assumed",), "ChatML assumed"
     else:
-        template = ChatTemplate(source, special_tokens(config))
+        template = ChatTemplate(source, special_tokens(config), budget)
     return Tokens(counter, template, True, f"tokenizer.json of {found.where} ({origin})", notes)

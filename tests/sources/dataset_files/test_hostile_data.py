@@ -1,0 +1,215 @@
+"""Hostile and broken datasets, templates and tokenizers, generated here: a corrupt or cut
+.gz body, a datasets cache that cannot be listed, chat templates that loop, build huge
+strings or render nothing, tokenizers that fail or panic on one example, one very long
+example. Each is one line, or costs only its own example; never a traceback or a hang."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+from dataset_helpers import chat, tiny_tokenizer_json, tokenizer_folder, words, write_jsonl
+
+from trainmem.core.plan import Plan
+from trainmem.planner.lengths import length_report, scan
+from trainmem.sources.chat_template import Budget, ChatTemplate, TemplateBudgetError, TemplateError
+from trainmem.sources.datasets import Chat, DatasetError, Message, Plain, open_dataset
+from trainmem.sources.tokens import (
+    ChatML,
+    Lengths,
+    Tokenizer,
+    TokenizerFailed,
+    Tokens,
+    TokensError,
+    load_tokens,
+)
+
+pytest.importorskip("tokenizers")
+pytest.importorskip("jinja2")
+
+SMALL = Budget(seconds=1.0, memory=768 * 2**20, growth=4, slack=4096, start_seconds=30.0)
+CONVERSATION = (Message("user", "hi"), Message("assistant", "yo"))
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc)
+    assert "\n" not in text and len(text) < 300, text
+    return text
+
+
+def read_all(path: Path) -> None:
+    _, examples = open_dataset(str(path)).examples()
+    for _ in examples:
+        pass
+
+
+def gz_records(n: int = 20_000) -> bytes:
+    return gzip.compress("".join(json.dumps({"text": f"w{i}"}) + "\n" for i in range(n)).encode())
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda b: b[:30] + b"\xff" * 8 + b[38:], "the gzip data is corrupt (Error -3"),  # zlib
+        (lambda b: b[:-8] + b"\0\0\0\0" + b[-4:], "the gzip data is corrupt (CRC check failed"),
+        (lambda b: b[: len(b) // 2], "the gzip data ends early"),
+        (lambda b: b"\x1f\x8b" + b"x" * 40, "the gzip data is corrupt"),
+    ],
+    ids=["body", "crc", "truncated", "header"],
+)
+def test_a_broken_gzip_body_is_one_line(tmp_path: Path, damage, message):
+    path = tmp_path / "d.jsonl.gz"
+    path.write_bytes(damage(gz_records()))
+    with pytest.raises(DatasetError) as err:
+        read_all(path)
+    assert message in one_line(err.value) and str(path) in str(err.value)
+
+
+def test_an_unlistable_datasets_cache_is_one_line(tmp_path: Path, monkeypatch):
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(not_a_folder))
+    with pytest.raises(DatasetError) as err:
+        open_dataset("org/name")
+    assert "cannot list" in one_line(err.value) and "not a directory" in str(err.value)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root lists any folder")
+def test_a_cache_folder_without_permission_is_one_line(tmp_path: Path, monkeypatch):
+    root = tmp_path / "cache"
+    config = root / "org___name" / "default"
+    config.mkdir(parents=True)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(root))
+    config.chmod(0)
+    try:
+        with pytest.raises(DatasetError) as err:
+            open_dataset("org/name")
+    finally:
+        config.chmod(0o755)
+    assert "permission denied" in one_line(err.value)
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (  # nested loops of the sandbox's largest range: 10**10 iterations
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            "ran over 1 s on one conversation and was stopped",
+        ),
+        (  # doubles a string 40 times: a terabyte
+            "{% set ns = namespace(s='ab') %}{% for i in range(40) %}"
+            "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+            "needed over 805,306,368 bytes",
+        ),
+        ("{{ messages[0].content * 10000 }}", "wrote 20,000 characters for 4 of messages"),
+    ],
+    ids=["loop", "doubling", "growth"],
+)
+def test_a_template_past_its_budget_stops_the_run_in_one_line(source, message):
+    template = ChatTemplate(source, budget=SMALL)
+    with pytest.raises(TemplateBudgetError) as err:
+        template.render(CONVERSATION)
+    assert message in one_line(err.value)
+    tokens = Tokens(CharCounter(), ChatTemplate(source, budget=SMALL), True, "test")
+    with pytest.raises(TokensError, match="chat template"):
+        tokens.measure([Chat(CONVERSATION)])
+
+
+class CharCounter:
+    """One token per character: the budget is the template's, whatever counts the text."""
+
+    def count(self, texts, *, special):
+        return [len(t) for t in texts]
+
+
+def test_a_template_error_costs_only_its_conversation():
+    template = ChatTemplate(
+        "{% if messages[0].content == 'x' %}{{ 1 / 0 }}{% endif %}{{ messages | length }}",
+        budget=SMALL,
+    )
+    out = template.render_many([((Message("user", "x"),), False), (CONVERSATION, True)])
+    assert isinstance(out[0], TemplateError) and "ZeroDivisionError" in str(out[0])
+    assert out[1] == "2"
+
+
+def test_a_model_folders_own_looping_template_is_stopped(tmp_path: Path):
+    """No flag names chat_template.jinja: it is read from the model's folder."""
+    loop = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    folder = tokenizer_folder(tmp_path / "m", template=loop, as_file=True)
+    data = write_jsonl(tmp_path / "d.jsonl", [chat(("user", 2), ("assistant", 3))])
+    with pytest.raises(TokensError) as err:
+        scan(open_dataset(str(data)), load_tokens(str(folder), budget=SMALL))
+    assert "ran over 1 s" in one_line(err.value)
+
+
+def test_a_template_that_renders_nothing_is_not_a_length_of_zero(tmp_path: Path):
+    folder = tokenizer_folder(tmp_path / "m", template="", as_file=True)
+    data = write_jsonl(tmp_path / "d.jsonl", [chat(("user", 2), ("assistant", 3))] * 3)
+    with pytest.raises(DatasetError) as err:
+        scan(open_dataset(str(data)), load_tokens(str(folder)))
+    assert "the chat template wrote no tokens for it" in one_line(err.value)
+    assert "seq_len" not in str(err.value)
+
+
+def _tokenizer_without_unk(folder: Path, **extra) -> Path:
+    """The test tokenizer with an unk token that is not in its vocabulary: encoding an
+    unknown word fails in the Rust library ("Missing [UNK] token from the vocabulary")."""
+    doc = json.loads(tiny_tokenizer_json())
+    doc["model"]["vocab"].pop("[UNK]")
+    doc["added_tokens"] = [t for t in doc["added_tokens"] if t["content"] != "[UNK]"]
+    doc.update(extra)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.json").write_text(json.dumps(doc))
+    return folder / "tokenizer.json"
+
+
+def test_a_tokenizer_error_costs_only_its_example(tmp_path: Path):
+    tokens = Tokens(Tokenizer(_tokenizer_without_unk(tmp_path / "t")), ChatML(), True, "test")
+    good, bad = Plain("", words(3)), Plain("", "w1 nosuchword")
+    out = tokens.measure([good, bad, good])
+    assert out[0] == out[2] == Lengths(4, ((0, 4),))
+    assert isinstance(out[1], TokenizerFailed) and "Missing [UNK]" in one_line(out[1])
+
+
+# A stride not below max_length: tokenizers 0.23 panics at encode time (encoding.rs), as a
+# pyo3_runtime.PanicException, which is no Exception.
+STRIDE = {"direction": "Right", "max_length": 1, "strategy": "LongestFirst", "stride": 5}
+
+
+def test_a_rust_panic_costs_only_its_example(tmp_path: Path):
+    from tokenizers import Tokenizer as HFTokenizer
+
+    path = _tokenizer_without_unk(tmp_path / "t", truncation=STRIDE)
+    counter = Tokenizer(path)
+    counter._tok = HFTokenizer.from_file(str(path))  # the file's truncation kept: it panics
+    counter._encode = counter._tok.encode_batch_fast
+    got = counter.count([words(3), words(2)], special=False)
+    assert all(isinstance(g, str) and "stride" in g for g in got)
+
+
+def test_a_tokenizer_json_that_truncates_is_counted_whole(tmp_path: Path):
+    # transformers turns the file's truncation off unless asked (and its stride would panic).
+    counter = Tokenizer(_tokenizer_without_unk(tmp_path / "t", truncation=STRIDE))
+    assert counter.count([words(7)], special=False) == [7]
+
+
+def test_one_very_long_legal_example_is_measured(tmp_path: Path):
+    text = "w1 " * 14_000_000  # 42 MB, within the 64 MiB a record may hold
+    data = write_jsonl(tmp_path / "d.jsonl", [{"text": text}, {"text": "w1 w2"}])
+    scanned = scan(open_dataset(str(data)), load_tokens("7B"))
+    assert scanned.malformed == 0
+    assert scanned.lengths.longest == -(-len(text) // 4) + 1  # bytes / 4, and the EOS
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="planner/lengths.py estimates at p99 / keep lengths beyond seq_len's 10,000,000 "
+    "range and raises 'seq_len: ... is outside'; to be clamped there (not the sources layer)",
+)
+def test_a_report_on_one_very_long_example_is_not_a_seq_len_error(tmp_path: Path):
+    data = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1 " * 14_000_000}])
+    scanned = scan(open_dataset(str(data)), load_tokens("7B"))
+    length_report(Plan(model="7B"), scanned)
