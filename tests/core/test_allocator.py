@@ -5,7 +5,7 @@ that hold for any trace."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from trainmem.core.alloc_conf import parse_alloc_conf
@@ -336,6 +336,9 @@ def test_reserved_covers_allocated_and_the_segments_add_up(trace, conf, capacity
 @given(traces(), CONFIGS)
 def test_a_gpu_as_large_as_the_unlimited_peak_changes_nothing(trace, conf):
     cfg = parse_alloc_conf(conf)
+    # garbage_collection_threshold is a share of the allowed maximum (garbage_collect_cached_
+    # blocks): a smaller device moves the moment it frees cached blocks, so the log differs.
+    assume(cfg.garbage_collection_threshold == 0)
     free = simulate(trace, config=cfg, device_total=1024 * MiB)
     fits = simulate(trace, capacity=free.peak_reserved, config=cfg, device_total=1024 * MiB)
     assert fits.oom is None and fits.log == free.log and fits.reserved == free.reserved
