@@ -22,6 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `accuracy` package
 
 from accuracy.peers import PEERS
+from accuracy.published import unsloth_section
 from trainmem.core.architecture import spec_from_config
 from trainmem.core.estimator import estimate
 from trainmem.core.plan import STACKS, Plan
@@ -289,6 +290,7 @@ def render(
         cells += [fmt_pct(err(r[t], r["measured"])) for t in tools]
         lines.append("| " + " | ".join(cells) + " |")
     lines += per_rank_section(sharded or [], validation or [])
+    lines += unsloth_section()
     lines += ["", "## Where the measurements come from", ""]
     for m in meta:
         lines.append(f"- `{m['file']}`: {m['machine']}; versions {m['versions']}; {m['command']}")

@@ -7,9 +7,14 @@ Unsloth needs a GPU, so nothing here is measured: the record is derived from sou
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from accuracy import published
 from test_components import FF, HD, HEADS, KV, SPEC_CONFIG, H
 
 from trainmem.core.activations import layer_activations, unsloth_lora_paths
@@ -21,8 +26,7 @@ from trainmem.core.offload import UNSLOTH_CPU_BUFFER_ELEMENTS, UNSLOTH_CPU_BUFFE
 from trainmem.core.plan import Plan
 from trainmem.core.precision import dtypes
 from trainmem.core.states import NF4_BYTES_PER_PARAM, model_states
-from trainmem.core.whatif import advice, max_seq_len
-from trainmem.sources import catalog
+from trainmem.core.whatif import advice
 
 LAYERS = 6
 V = 1000
@@ -184,55 +188,11 @@ def test_advice_names_unsloths_offload_and_unsloth_for_a_trainer_plan():
 
 
 # ------------------------------------------------- Unsloth's published tables
-# Maximum context, Llama QLoRA rank 32 on all linear layers, batch 1, padded to the length:
-# Llama 3.1 8B: https://docs.unsloth.ai/basics/unsloth-benchmarks ("Llama 3.1 (8B) max.
-# context length", which the blog https://unsloth.ai/blog/llama3-3 summarises: 342,000 vs
-# 28,000 on 80 GB, 2,900 on 8 GB); Llama 3.3 70B: https://unsloth.ai/blog/llama3-3 (A100).
-# | model        | GPU    | Unsloth | HF + FA2 |
-# | Llama 3.1 8B | 8 GB   |   2,972 |      OOM |
-# | Llama 3.1 8B | 12 GB  |  21,848 |      932 |
-# | Llama 3.1 8B | 16 GB  |  40,724 |    2,551 |
-# | Llama 3.1 8B | 24 GB  |  78,475 |    5,789 |
-# | Llama 3.1 8B | 40 GB  | 153,977 |   12,264 |
-# | Llama 3.1 8B | 48 GB  | 191,728 |   15,502 |
-# | Llama 3.1 8B | 80 GB  | 342,733 |   28,454 |
-# | Llama 3.3 70B| 48 GB  |  12,106 |      OOM |
-# | Llama 3.3 70B| 80 GB  |  89,389 |    6,916 |
-PUBLISHED = [
-    ("meta-llama/Llama-3.1-8B-Instruct", 8, 2_972, None),
-    ("meta-llama/Llama-3.1-8B-Instruct", 12, 21_848, 932),
-    ("meta-llama/Llama-3.1-8B-Instruct", 16, 40_724, 2_551),
-    ("meta-llama/Llama-3.1-8B-Instruct", 24, 78_475, 5_789),
-    ("meta-llama/Llama-3.1-8B-Instruct", 40, 153_977, 12_264),
-    ("meta-llama/Llama-3.1-8B-Instruct", 48, 191_728, 15_502),
-    ("meta-llama/Llama-3.1-8B-Instruct", 80, 342_733, 28_454),
-    ("meta-llama/Llama-3.3-70B-Instruct", 48, 12_106, None),
-    ("meta-llama/Llama-3.3-70B-Instruct", 80, 89_389, 6_916),
-]
-# The runs: QLoRA, r 32, all linear, batch 1; bf16 under the Trainer's autocast; 8-bit AdamW
-# as Unsloth's notebooks use. Unsloth extends RoPE past the model's context (342,733 > 131,072),
-# so the search is not stopped at it. "GB" is the GPU's size: GiB.
-BASE = Plan(
-    model="x",
-    method="qlora",
-    lora_rank=32,
-    lora_targets="all-linear",
-    batch=1,
-    precision="bf16-mixed",
-    optimizer="adamw-8bit",
-    grad_ckpt=True,
-)
-UNSLOTH = replace(BASE, stack="unsloth", ckpt_offload=True)
-HF_FA2 = replace(BASE, stack="trainer", attn="flash-attention-2")
-
-
-def _longest(p: Plan, model: str, gib: int) -> int | None:
-    spec = replace(catalog.find(model).spec(), context=0)  # type: ignore[union-attr]
-    return max_seq_len(p, spec, Budget(gib * 2**30))
-
-
-def _error(ours: int | None, published: int) -> float:
-    return (ours or 0) / published - 1
+# The figures, their sources and the plans that reproduce the runs live in
+# bench/accuracy/published.py, which docs/accuracy.md (make accuracy) renders too.
+PUBLISHED = published.UNSLOTH_CONTEXT
+UNSLOTH, HF_FA2 = published.UNSLOTH, published.HF_FA2
+_longest, _error = published.longest, published.error
 
 
 @pytest.mark.parametrize(("model", "gib", "unsloth", "hf"), PUBLISHED)
