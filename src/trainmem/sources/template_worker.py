@@ -1,14 +1,16 @@
 """The process a chat template from outside runs in, and the handle that drives it.
 
 ``Worker`` (the parent's side) starts ``python -m trainmem.sources.template_worker``, sends it
-the template, then batches of conversations, and reads one answer per conversation, each
-within a deadline; past it the child is killed (SIGKILL cannot be blocked or ignored). The
-child (``main``) caps its own memory (RLIMIT_AS) and CPU time per conversation (RLIMIT_CPU,
-so that it dies even if its parent is gone), and refuses a rendered text larger than the
-budget's ``growth`` times its input plus ``slack`` characters (chat_template.Budget).
+the template, then batches of conversations, and reads the batch's answers within a
+deadline; past it the child is killed (SIGKILL cannot be blocked or ignored). The child
+(``main``) stops a render that runs past the budget's seconds with a timer (SIGALRM), caps
+its CPU time per conversation (RLIMIT_CPU: it dies even stuck in C code, or with its parent
+gone) and its memory (RLIMIT_AS), and refuses a rendered text larger than the budget's
+``growth`` times its input plus ``slack`` characters (chat_template.Budget).
 
-Frames both ways: 8 bytes of big-endian length, then UTF-8 JSON. Answers: ``{"text": ...}``,
-``{"refused": why}`` (that conversation only), ``{"budget": why}`` (the run stops).
+Frames both ways: 8 bytes of big-endian length, then UTF-8 JSON. A batch's answers, one per
+conversation: ``{"text": ...}``, ``{"refused": why}`` (that conversation only), or
+``{"budget": why}`` (the run stops; nothing after it is rendered).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import contextlib
 import json
 import os
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -95,8 +98,11 @@ class Worker:
                 size += sum(len(c) for _, c in messages)
                 i += 1
             self._send({"render": chunk})
-            for _ in chunk:
-                answer = self._receive(self._budget.seconds, "one conversation")
+            # The child stops a slow render itself (a timer, and RLIMIT_CPU as a backstop);
+            # this deadline is for a child that cannot even do that.
+            wait = self._budget.start_seconds + self._budget.seconds * len(chunk)
+            answers = self._receive(wait, "a batch of conversations")["answers"]
+            for answer in answers:
                 if "budget" in answer:
                     self.close()
                     raise TemplateBudgetError(str(answer["budget"]))
@@ -140,8 +146,7 @@ class Worker:
         if what == "starting":
             return TemplateBudgetError(f"the chat template did not compile within {seconds:g} s")
         return TemplateBudgetError(
-            f"the chat template ran over {seconds:g} s on {what} and was stopped "
-            "(a loop that does not end?)"
+            f"the chat template's worker did not answer {what} within {seconds:g} s and was stopped"
         )
 
     def _ended(self) -> TemplateBudgetError:
@@ -220,11 +225,10 @@ def _write(f: IO[bytes], value: Any) -> None:
 
 
 def main() -> None:
-    import signal
-
     # The dashboard blocks SIGHUP and SIGTERM in every thread (cli/exit_guard.py) and a
     # child inherits the mask: unblock them, so the child ends as any process does.
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    signal.signal(signal.SIGALRM, _on_timer)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     init = _read_frame(stdin)
     if init is None:
@@ -240,17 +244,36 @@ def main() -> None:
     special = {str(k): str(v) for k, v in init["special"].items()}
     _write(stdout, {"ok": True})
     while (request := _read_frame(stdin)) is not None:
+        answers = []
         for messages, prompt in request["render"]:
-            _write(stdout, _render_one(template, special, messages, bool(prompt), budget))
+            answers.append(_render_one(template, special, messages, bool(prompt), budget))
+            if "budget" in answers[-1]:
+                break  # the run stops: the rest is not rendered
+        _write(stdout, {"answers": answers})
+
+
+class _Overrun(BaseException):
+    """Raised by the timer in the middle of a render; a BaseException, so that no
+    ``except Exception`` in jinja2 or the template's filters can swallow it."""
+
+
+def _on_timer(signum: int, frame: Any) -> None:
+    raise _Overrun
 
 
 def _render_one(
     template: Any, special: dict[str, str], messages: Any, prompt: bool, budget: Budget
 ) -> Any:
-    pairs = [(str(role), str(content)) for role, content in messages]
+    """One conversation (``[role, content]`` lists, as the parent sent them) as an answer."""
     _cpu_budget(budget.seconds)
+    signal.setitimer(signal.ITIMER_REAL, budget.seconds)
     try:
-        text = render_compiled(template, special, pairs, prompt)
+        text = render_compiled(template, special, messages, prompt)
+    except _Overrun:
+        return {
+            "budget": f"the chat template ran over {budget.seconds:g} s on one conversation "
+            "and was stopped (a loop that does not end?)"
+        }
     except TemplateError as exc:
         return {"refused": str(exc)}
     except MemoryError:
@@ -258,7 +281,9 @@ def _render_one(
     except Exception as exc:  # ZeroDivisionError, OverflowError...: that conversation only
         why = " ".join(f"{type(exc).__name__}: {exc}".split())[:100]
         return {"refused": f"the chat template refused it: {why}"}
-    given = sum(len(c) for _, c in pairs)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    given = sum(len(c) for _, c in messages)
     if len(text) > budget.growth * given + budget.slack:
         return {
             "budget": f"the chat template wrote {len(text):,} characters for {given:,} of "
