@@ -168,3 +168,9 @@ def test_llamafactory_cli_train_with_key_value_arguments():
     # LLaMA-Factory reads sys.argv[1:] as --key value without a file (hparams/parser.py).
     config = read_configs([], ["llamafactory-cli train --cutoff_len 777 --finetuning_type lora"])
     assert config.values["seq_len"] == 777 and config.values["stack"] == "llama-factory"
+
+
+def test_a_document_of_that_many_values_is_not_called_an_alias_bomb(tmp_path):
+    keys = "\n".join(f"k{i}: 1" for i in range(MAX_EXPANDED // 2 + 1))  # keys and values
+    message = error(tmp_path, "many.yml", f"base_model: x/y\n{keys}\n")
+    assert f"holds over {MAX_EXPANDED:,} values" in message and "alias" not in message

@@ -51,19 +51,31 @@ def parse_doc(text: str, name: str, path: Path | None = None) -> Doc:
     return _yaml_doc(text, name, path)
 
 
+# libyaml's parser when PyYAML has it: composing 4 MiB of keys takes 1.7 s instead of 9 s.
+# The constructor is the same SafeConstructor: no Python object is ever built.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _control_character(text: str, name: str, exc: Any) -> PlanError:
+    """A control character (NUL, BEL, ESC) PyYAML's reader refuses: libyaml gives its byte
+    offset, PyYAML's own reader its character offset."""
+    before = text.encode("utf-8")[: exc.position] if _LOADER is not yaml.SafeLoader else None
+    at = (before.count(b"\n") if before is not None else text.count("\n", 0, exc.position)) + 1
+    return PlanError(FIELD, f"{name}:{at}: not valid YAML: control character {exc.character:#04x}")
+
+
 def _yaml_doc(text: str, name: str, path: Path | None) -> Doc:
     try:
-        loader = yaml.SafeLoader(text)  # refuses control characters (NUL, BEL) right here
+        loader = _LOADER(text)  # PyYAML's reader refuses control characters right here
     except yaml.reader.ReaderError as exc:
-        at = text.count("\n", 0, exc.position) + 1
-        raise PlanError(
-            FIELD, f"{name}:{at}: not valid YAML: control character {exc.character:#04x}"
-        ) from None
+        raise _control_character(text, name, exc) from None
     try:
-        node = loader.get_single_node()
+        node = loader.get_single_node()  # libyaml's, here
         if node is not None:
             _check_aliases(node, name)  # before constructing: merge keys copy what they expand
         data = loader.construct_document(node) if node is not None else None
+    except yaml.reader.ReaderError as exc:
+        raise _control_character(text, name, exc) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -91,7 +103,8 @@ MAX_EXPANDED = 100_000  # values a YAML document may hold once its aliases are e
 
 def _check_aliases(root: Any, name: str) -> None:
     """Refuse a document whose aliases expand to more than ``MAX_EXPANDED`` values (the
-    "billion laughs": nine aliases of nine aliases of ...) or refer to themselves.
+    "billion laughs": nine aliases of nine aliases of ...), that holds that many itself, or
+    whose aliases refer to themselves.
 
     The composed nodes are shared, not copied, so loading is cheap; but anything that walks
     the values (a message, a comparison, axolotl's own loader) expands them, and PyYAML's
@@ -118,11 +131,12 @@ def _check_aliases(root: Any, name: str) -> None:
         stack.append((node, True))
         stack.extend((c, False) for c in _children(node) if id(c) not in size)
     if size[id(root)] > MAX_EXPANDED:
-        raise PlanError(
-            FIELD,
-            f"{name}: its YAML aliases expand to over {MAX_EXPANDED:,} values "
-            "(an alias bomb?); a training config holds a few hundred",
+        what = (
+            f"holds over {MAX_EXPANDED:,} values"
+            if len(size) > MAX_EXPANDED  # that many without counting an alias twice
+            else f"its YAML aliases expand to over {MAX_EXPANDED:,} values (an alias bomb?)"
         )
+        raise PlanError(FIELD, f"{name}: {what}; a training config holds a few hundred")
 
 
 def _children(node: Any) -> list[Any]:
@@ -154,7 +168,7 @@ def _json_lines(text: str) -> dict[str, int]:
     """Key lines of a JSON document, through the YAML composer (JSON is YAML); none when
     PyYAML reads it differently (lines are only for messages)."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_LOADER)
     except (yaml.YAMLError, RecursionError):
         return {}
     return dict(_node_lines(node))
