@@ -60,3 +60,12 @@ def test_bad_flags_exit_2_with_one_line(
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1 and err.startswith("trainmem-tui: error:")
+
+
+def test_a_state_dir_that_cannot_be_used_is_one_line(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("TRAINMEM_STATE_DIR", "~nouser-trainmem-test/state")
+    with pytest.raises(SystemExit) as exit_info:
+        startup([])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "nouser-trainmem-test" in err and "Traceback" not in err

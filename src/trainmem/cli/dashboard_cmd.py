@@ -21,7 +21,7 @@ from trainmem.cli.parser import Parser
 from trainmem.cli.plan_args import GIVEN, add_plan_arguments, planned_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
 from trainmem.devices.promql import check_select, check_url
-from trainmem.sources.paths import session_path
+from trainmem.sources.paths import PathsError, session_path, state_dir
 from trainmem.sources.plan_files import NamedPlan, PlanSet, is_large, open_plans
 
 PROG = "trainmem-tui"
@@ -114,6 +114,10 @@ def startup(argv: list[str]) -> Startup:
     ns = parser.parse_args(argv)
     if ns.select and not ns.prometheus:
         parser.error("--select needs --prometheus")
+    try:  # the session, keymap and calibrations live there: one line now, not a traceback
+        state_dir()
+    except PathsError as exc:
+        parser.error(str(exc))
     try:
         planned = planned_from_args(ns) if _plan_flags_given(parser, argv) else None
     except PlanError as exc:

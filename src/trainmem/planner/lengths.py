@@ -27,7 +27,7 @@ from typing import Any
 
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.fit import Budget, judge_fit
-from trainmem.core.plan import Plan
+from trainmem.core.plan import FIELDS_BY_NAME, Plan
 from trainmem.core.target import DeviceTarget
 from trainmem.core.whatif import max_seq_len, need
 from trainmem.planner import KEEP_SHARE
@@ -286,6 +286,9 @@ class LengthReport:
         }
 
 
+LONGEST_PLAN = int(FIELDS_BY_NAME["seq_len"].high or 0)  # the seq_len field's upper bound
+
+
 def length_report(
     report: Report,
     data: Scan,
@@ -306,7 +309,9 @@ def length_report(
     n = lengths.examples
 
     def judged(seq_len: int) -> int:
-        return need(replace(plan, seq_len=seq_len), spec, budget)
+        # An example longer than any plan may be (one 40 MB text) is judged at that longest
+        # plan: a lower bound of its need, which _warnings says.
+        return need(replace(plan, seq_len=min(seq_len, LONGEST_PLAN)), spec, budget)
 
     def memory_at(label: str, seq_len: int) -> MemoryAt:
         required = judged(seq_len)
@@ -369,6 +374,14 @@ def _keep(
 
 def _warnings(r: LengthReport) -> tuple[str, ...]:
     out = []
+    beyond = [m.label for m in r.memory if m.seq_len > LONGEST_PLAN]
+    if r.keep.seq_len > LONGEST_PLAN:
+        beyond.append(f"keeping {r.keep.share:.0%} whole")
+    if beyond:
+        out.append(
+            f"{', '.join(beyond)}: longer than any plan ({LONGEST_PLAN:,} tokens); its memory "
+            "is the need at that length, a lower bound"
+        )
     typical = r.percentiles["p50"]
     if r.seq_len < typical:
         out.append(

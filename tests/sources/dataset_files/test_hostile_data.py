@@ -15,6 +15,7 @@ from dataset_helpers import chat, tiny_tokenizer_json, tokenizer_folder, words, 
 
 from trainmem.core.plan import Plan
 from trainmem.planner.lengths import length_report, scan
+from trainmem.planner.report import build_report
 from trainmem.sources.chat_template import Budget, ChatTemplate, TemplateBudgetError, TemplateError
 from trainmem.sources.datasets import Chat, DatasetError, Message, Plain, open_dataset
 from trainmem.sources.tokens import (
@@ -204,12 +205,9 @@ def test_one_very_long_legal_example_is_measured(tmp_path: Path):
     assert scanned.lengths.longest == -(-len(text) // 4) + 1  # bytes / 4, and the EOS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="planner/lengths.py estimates at p99 / keep lengths beyond seq_len's 10,000,000 "
-    "range and raises 'seq_len: ... is outside'; to be clamped there (not the sources layer)",
-)
 def test_a_report_on_one_very_long_example_is_not_a_seq_len_error(tmp_path: Path):
     data = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1 " * 14_000_000}])
     scanned = scan(open_dataset(str(data)), load_tokens("7B"))
-    length_report(Plan(model="7B"), scanned)
+    report = length_report(build_report(Plan(model="7B", device="24GB"), solve=False), scanned)
+    assert any("longer than any plan (10,000,000 tokens)" in w for w in report.warnings)
+    assert report.keep.fits is False
