@@ -42,7 +42,8 @@ def test_json_has_the_plan_the_file_describes_and_each_origin(tmp_path, capsys):
     plan, origins = out["plan"], out["origins"]
     assert (plan["model"], plan["method"], plan["stack"]) == ("Qwen/Qwen2.5-7B", "lora", "axolotl")
     assert (plan["seq_len"], plan["batch"], plan["lora_rank"], plan["zero"]) == (1024, 4, 32, 2)
-    assert plan["precision"] == "bf16-mixed" and plan["optimizer"] == "adamw"
+    # ZeRO-2 from ds.json: DeepSpeed casts the whole model to bf16 and nothing autocasts
+    assert plan["precision"] == "bf16" and plan["optimizer"] == "adamw"
     assert set(origins) == set(plan)
     assert origins["batch"] == f"{path}:6 micro_batch_size"
     assert origins["zero"] == f"{tmp_path / 'ds.json'}:1 zero_optimization.stage"
@@ -107,7 +108,8 @@ def test_malformed_yaml_is_one_line_with_the_line_number(tmp_path, capsys):
     assert err.startswith(f"trainmem-tui plan: error: --from: {path}:3: not valid YAML: ")
 
 
-def test_malformed_json_and_missing_files(tmp_path, capsys):
+def test_malformed_json_and_missing_files(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a named file is opened from the working directory
     path = write(tmp_path, "ds.json", '{"zero_optimization": {"stage": 2,}}')
     assert f"{path}:1: not valid JSON" in one_line_error(capsys, "--from", str(path))
     assert "no such file" in one_line_error(capsys, "--from", str(tmp_path / "nope.yml"))

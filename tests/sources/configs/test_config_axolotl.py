@@ -99,8 +99,10 @@ def test_lora_defaults_follow_peft_and_8bit_is_lora_on_int8(tmp_path):
 @pytest.mark.parametrize(
     ("yaml", "field", "value"),
     [
-        ("bfloat16: true", "precision", "bf16"),
-        ("float16: true", "precision", "fp16"),
+        # bfloat16 also turns the Trainer's bf16 on (core/builders/base.py:276-278): autocast
+        # over the fp32 adapters of a bf16 base
+        ("bfloat16: true", "precision", "bf16-mixed"),
+        ("bf16: false\nfloat16: true", "precision", "fp16"),  # fp16 weights, no autocast
         ("fp16: true", "precision", "fp16-mixed"),
         ("bf16: false", "precision", "fp32"),
         ("flash_attention: true", "attn", "flash-attention-2"),
@@ -171,7 +173,8 @@ def test_deepspeed_file_is_read_relative_to_the_config(tmp_path):
     assert plan.origins["zero"] == f"{tmp_path / 'cfg' / 'zero3.json'}:1 zero_optimization.stage"
 
 
-def test_missing_deepspeed_file_names_the_key(tmp_path):
+def test_missing_deepspeed_file_names_the_key(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # opened from the working directory, as axolotl does
     path = write(tmp_path, "a.yml", "base_model: x/y\ndeepspeed: nowhere/ds.json\n")
     with pytest.raises(PlanError) as err:
         read_configs([path])

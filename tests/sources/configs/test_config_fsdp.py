@@ -27,14 +27,14 @@ def test_axolotl_fsdp_config(tmp_path):
     assert any("fsdp_config.activation_checkpointing" in u for u in plan.unmodelled)
 
 
-def test_axolotl_fsdp_defaults_are_accelerates(tmp_path):
+def test_axolotl_fsdp_defaults(tmp_path):
     plan = read(tmp_path, "fsdp.yml", "base_model: Qwen/Qwen2.5-7B\nfsdp_config: {}\n")
     assert "strategy" not in plan.values  # an empty fsdp_config is not FSDP
     plan = read(
         tmp_path, "fsdp.yml", "base_model: Qwen/Qwen2.5-7B\nfsdp_config:\n  offload_params: false\n"
     )
     assert (plan.values["fsdp_version"], plan.values["fsdp"]) == (1, "full-shard")
-    assert "accelerate" in plan.origins["fsdp_version"]
+    assert "validation.py:1124-1129" in plan.origins["fsdp_version"]  # axolotl pins FSDP1
 
 
 def test_trainer_fsdp_words_and_config(tmp_path):

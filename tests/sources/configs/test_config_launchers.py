@@ -86,7 +86,7 @@ def test_accelerate_deepspeed_plugin(tmp_path):
     assert plan.values == {
         "gpus": 8,  # num_processes counts both machines
         "nodes": 2,
-        "precision": "bf16-mixed",
+        "precision": "bf16",  # the DeepSpeed engine casts the model to bf16, no autocast
         "strategy": "zero",
         "zero": 2,
         "offload": "optimizer",
@@ -112,7 +112,16 @@ def test_accelerate_fsdp_plugin_and_its_deepspeed_file_is_relative(tmp_path):
         "offload": "params",
         "ram_efficient_loading": True,
     }
-    assert [u.split(" ", 1)[1] for u in plan.unmodelled] == ["fsdp_config.fsdp_auto_wrap_policy"]
+    assert plan.unmodelled == ()  # one unit per decoder layer is what the plan counts
+    sized = read(
+        tmp_path,
+        "sized.yaml",
+        "distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n"
+        "  fsdp_activation_checkpointing: false\n",
+    )
+    assert [u.split(" ", 1)[1] for u in sized.unmodelled] == [
+        "fsdp_config.fsdp_auto_wrap_policy ('SIZE_BASED_WRAP'; planned as one unit per layer)"
+    ]  # and activation checkpointing that is off is not named
     v2 = read(
         tmp_path,
         "v2.yaml",

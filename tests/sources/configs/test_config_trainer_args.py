@@ -94,7 +94,7 @@ def test_training_arguments_json(tmp_path):
         "batch": 2,
         "grad_ckpt": True,
         "ckpt_offload": True,
-        "precision": "bf16",
+        "precision": "bf16-mixed",  # FSDP under bf16: accelerate's mixed precision
         "optimizer": "adamw-4bit",
         "loss": "fused",
         "strategy": "fsdp",

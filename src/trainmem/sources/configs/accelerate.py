@@ -7,7 +7,7 @@ fields."""
 from __future__ import annotations
 
 from trainmem.core.units import shown
-from trainmem.sources.configs.common import ConfigPlan, Doc, ReadFile, Reading, named_path
+from trainmem.sources.configs.common import ConfigPlan, Doc, ReadFile, Reading
 
 FRAMEWORK = "accelerate 1.15.0"
 _PRECISION = {"bf16": "bf16-mixed", "fp16": "fp16-mixed"}  # autocast over fp32 weights
@@ -23,7 +23,9 @@ _SHARDING = {
     "HYBRID_SHARD": "hybrid-shard",
     "4": "hybrid-shard",
 }
-_FSDP_UNMODELLED = ("fsdp_activation_checkpointing", "fsdp_auto_wrap_policy")
+# Wrapping one unit per decoder layer (TRANSFORMER_BASED_WRAP, accelerate's default,
+# utils/dataclasses.py FullyShardedDataParallelPlugin) is what the plan counts.
+_WRAP = "TRANSFORMER_BASED_WRAP"
 
 
 def looks_like(doc: Doc) -> int:
@@ -98,9 +100,13 @@ def _fsdp(r: Reading) -> None:
     efficient = doc.flag(f"{prefix}.fsdp_cpu_ram_efficient_loading")
     if efficient is not None:
         r.set("ram_efficient_loading", efficient, f"{prefix}.fsdp_cpu_ram_efficient_loading")
-    for key in _FSDP_UNMODELLED:
-        if doc.has(f"{prefix}.{key}"):
-            r.unmodelled_key(f"{prefix}.{key}")
+    if doc.flag(f"{prefix}.fsdp_activation_checkpointing"):  # off is not worth a word
+        r.unmodelled_key(f"{prefix}.fsdp_activation_checkpointing", "FSDP's own checkpointing")
+    wrap = doc.text(f"{prefix}.fsdp_auto_wrap_policy")
+    if wrap and wrap.upper() != _WRAP:
+        r.unmodelled_key(
+            f"{prefix}.fsdp_auto_wrap_policy", f"{shown(wrap)}; planned as one unit per layer"
+        )
 
 
 def _deepspeed(r: Reading, read_file: ReadFile) -> None:
@@ -109,7 +115,7 @@ def _deepspeed(r: Reading, read_file: ReadFile) -> None:
     file_key = f"{prefix}.deepspeed_config_file"
     text = doc.text(file_key)
     if text and text.lower() != "none":
-        r.merged(read_file(named_path(doc, file_key, text), doc.origin(file_key)))
+        r.merged(read_file(r.named(file_key, text), doc.origin(file_key)))
         return
     stage = doc.integer(f"{prefix}.zero_stage")
     if stage is None:  # env ACCELERATE_DEEPSPEED_ZERO_STAGE, else 2

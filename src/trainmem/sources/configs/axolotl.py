@@ -7,7 +7,14 @@ from trainmem.core.errors import PlanError
 from trainmem.core.units import shown
 from trainmem.sources.configs import deepspeed as ds
 from trainmem.sources.configs import optimizers
-from trainmem.sources.configs.common import FIELD, ConfigPlan, Doc, ReadFile, Reading, named_path
+from trainmem.sources.configs.common import (
+    FIELD,
+    ConfigPlan,
+    Doc,
+    ReadFile,
+    Reading,
+    checked_reentrant,
+)
 from trainmem.sources.configs.lora import set_modules_to_save, set_targets
 
 FRAMEWORK = "axolotl 067b021"
@@ -42,9 +49,6 @@ _ATTN = {
 }
 LOADERS = "src/axolotl/loaders/model.py"
 _UNMODELLED = {
-    "fsdp": "the deprecated fsdp: list form; use fsdp_config",
-    "fsdp_config.activation_checkpointing": "FSDP's own activation checkpointing",
-    "fsdp_config.mixed_precision_policy": "an FSDP mixed-precision policy",
     "torch_compile": "compile workspace",
     "chunked_cross_entropy": "axolotl's chunked CE still builds bf16 logits",
     "context_parallel_size": "context parallelism",
@@ -70,6 +74,9 @@ _UNMODELLED = {
     "liger_swiglu": "Liger layer kernels",
     "liger_cross_entropy": "Liger's (unfused) cross-entropy",
     "gptq": "a GPTQ-quantized base",
+    # schemas/integrations.py:36 LISAConfig: only lisa_n_layers layers train at a time
+    "lisa_n_layers": "LISA layer-wise sampling; planned as a full fine-tune of every layer",
+    "tiled_mlp": "ALST tiled MLP (the MLP's activations in shards), schemas/config.py:1009",
 }
 _KNOWN = (
     *MARKERS,
@@ -82,6 +89,7 @@ _KNOWN = (
     "lora_target_modules",
     "lora_modules_to_save",
     "gradient_checkpointing",
+    "gradient_checkpointing_kwargs",
     "activation_offloading",
     "bf16",
     "fp16",
@@ -90,6 +98,7 @@ _KNOWN = (
     "optimizer",
     "attn_implementation",
     "deepspeed",
+    "fsdp",
     "fsdp_config",
     "fsdp_version",
     "plugins",
@@ -134,17 +143,53 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
     return r.result()
 
 
-def _fsdp(r: Reading) -> None:
-    """``fsdp_config`` (src/axolotl/utils/schemas/fsdp.py, 067b021), handed to accelerate's FSDP
-    plugin as environment variables (utils/trainer.py setup_fsdp_envs): FSDP_VERSION only
-    for version 2 (else accelerate's 1), FSDP_RESHARD_AFTER_FORWARD only when true (else
-    accelerate's full shard), offload_params, cpu_ram_efficient_loading."""
-    doc = r.doc
+def fsdp_key(doc: Doc, name: str) -> str:
+    """The dotted key of fsdp_config field ``name`` as the file writes it: axolotl drops the
+    ``fsdp_`` prefix of every fsdp_config key but fsdp_version (schemas/validation.py:1085-1103
+    check_fsdp_config_kwargs_prefix, key.replace("fsdp_", "")), a later key over an earlier."""
     config = doc.lookup("fsdp_config")
-    if not isinstance(config, dict) or not config:  # axolotl sets up FSDP only when given
+    found = f"fsdp_config.{name}"
+    if isinstance(config, dict):
+        for key in map(str, config):
+            bare = key.replace("fsdp_", "") if key.startswith("fsdp_") else key
+            if (key if key == "fsdp_version" else bare) == name:
+                found = f"fsdp_config.{key}"
+    return found
+
+
+def _uses_fsdp(doc: Doc) -> bool:
+    config = doc.lookup("fsdp_config")
+    return isinstance(config, dict) and bool(config)
+
+
+# The legacy fsdp: list, which axolotl still passes to TrainingArguments(fsdp=...)
+# (core/builders/base.py:684-686) and transformers turns into fsdp_config defaults
+# (training_args.py _apply_legacy_fsdp_to_config): FSDP2 takes full_shard / shard_grad_op only.
+_FSDP_WORDS = {
+    "full_shard": "full-shard",
+    "shard_grad_op": "shard-grad-op",
+    "hybrid_shard": "hybrid-shard",
+    "hybrid_shard_zero2": "hybrid-shard",
+    "no_shard": "no-shard",
+}
+
+
+def _fsdp(r: Reading) -> None:
+    """``fsdp_config`` (src/axolotl/utils/schemas/fsdp.py, 067b021), its keys with or without
+    the ``fsdp_`` prefix, handed to accelerate's FSDP plugin as environment variables
+    (utils/trainer.py:591-622 setup_fsdp_envs: offload_params, cpu_ram_efficient_loading) and
+    to TrainingArguments with the legacy ``fsdp:`` list (core/builders/base.py:684-686), whose
+    words transformers applies where fsdp_config is silent (training_args.py
+    _apply_legacy_fsdp_to_config, setdefault). The version is fsdp_version, else
+    fsdp_config's version / fsdp_version, else 1 (validation.py:1107-1129 pins FSDP1)."""
+    doc = r.doc
+    words = doc.names("fsdp") or []
+    if not _uses_fsdp(doc):  # axolotl sets up FSDP only from fsdp_config
+        if words:
+            r.unmodelled_key("fsdp", "an fsdp: list without fsdp_config, which FSDP needs")
         return
     r.set("strategy", "fsdp", "fsdp_config")
-    for key in ("fsdp_version", "fsdp_config.fsdp_version", "fsdp_config.version"):
+    for key in ("fsdp_version", "fsdp_config.version", "fsdp_config.fsdp_version"):
         version = doc.integer(key)
         if version is not None:
             if version not in (1, 2):
@@ -152,18 +197,47 @@ def _fsdp(r: Reading) -> None:
             r.set("fsdp_version", version, key)
             break
     else:
-        r.default("fsdp_version", 1, "accelerate/utils/dataclasses.py:1831 (no FSDP_VERSION)")
-    if doc.flag("fsdp_config.reshard_after_forward") is False:
-        r.set("fsdp", "shard-grad-op", "fsdp_config.reshard_after_forward")
-    elif doc.flag("fsdp_config.reshard_after_forward"):
-        r.set("fsdp", "full-shard", "fsdp_config.reshard_after_forward")
-    else:
-        r.default("fsdp", "full-shard", "accelerate/utils/dataclasses.py:1859")
-    if doc.flag("fsdp_config.offload_params"):
-        r.set("offload", "params", "fsdp_config.offload_params")
-    efficient = doc.flag("fsdp_config.cpu_ram_efficient_loading")
+        r.default("fsdp_version", 1, f"{SCHEMAS}/validation.py:1124-1129, no fsdp_version")
+        version = 1
+    reshard_key = fsdp_key(doc, "reshard_after_forward")
+    reshard = doc.flag(reshard_key)
+    if reshard is not None:
+        r.set("fsdp", "full-shard" if reshard else "shard-grad-op", reshard_key)
+    for word in (w.lower() for w in words):
+        if word in _FSDP_WORDS:
+            if version == 2 and word not in ("full_shard", "shard_grad_op"):
+                raise doc.error("fsdp", f"{word} is FSDP1's: transformers refuses it with FSDP2")
+            if reshard is None:
+                r.set("fsdp", _FSDP_WORDS[word], "fsdp")
+            if word == "hybrid_shard_zero2":
+                r.unmodelled_key("fsdp", "hybrid_shard_zero2 is planned as hybrid-shard")
+        elif word == "offload":
+            r.set("offload", "params", "fsdp")
+        elif word != "auto_wrap":
+            raise doc.error("fsdp", f"{shown(word)} is not an FSDP option")
+    if "fsdp" not in r.values:
+        r.default("fsdp", "full-shard", "transformers/training_args.py:2860-2870")
+    offload_key = fsdp_key(doc, "offload_params")
+    if doc.flag(offload_key):
+        r.set("offload", "params", offload_key)
+    efficient_key = fsdp_key(doc, "cpu_ram_efficient_loading")
+    efficient = doc.flag(efficient_key)
     if efficient is not None:
-        r.set("ram_efficient_loading", efficient, "fsdp_config.cpu_ram_efficient_loading")
+        r.set("ram_efficient_loading", efficient, efficient_key)
+    if doc.flag(key := fsdp_key(doc, "activation_checkpointing")):
+        r.unmodelled_key(key, "FSDP's own activation checkpointing")
+    strategy_key = fsdp_key(doc, "sharding_strategy")
+    if doc.has(strategy_key):  # not an FSDPConfig field: pydantic drops it
+        r.notes.append(
+            f"{doc.origin(strategy_key)}: ignored, as axolotl drops it (not a field of "
+            f"{SCHEMAS}/fsdp.py); the sharding is {r.values['fsdp']}"
+        )
+    policy_key = fsdp_key(doc, "mixed_precision_policy")
+    if doc.has(policy_key):  # a schema field that nothing reads
+        r.notes.append(
+            f"{doc.origin(policy_key)}: no effect: axolotl passes it to neither accelerate nor "
+            "transformers (training_args.py _process_fsdp_args); FSDP's policy follows bf16/fp16"
+        )
 
 
 def _stage(doc: Doc) -> None:
@@ -218,9 +292,9 @@ def _kbit_prep(r: Reading, adapter: str) -> None:
     unless QLoRA runs under FSDP or FSDP loads RAM-efficiently (src/axolotl/loaders/model.py
     _prepare_model_for_quantization, 067b021; it also skips it under ZeRO-3 and for LoRA on
     Qwen, which this reader cannot see)."""
-    fsdp = r.doc.lookup("fsdp_config")
-    efficient = isinstance(fsdp, dict) and bool(fsdp.get("cpu_ram_efficient_loading"))
-    if (isinstance(fsdp, dict) and fsdp and adapter == "qlora") or efficient:
+    doc = r.doc
+    efficient = _uses_fsdp(doc) and bool(doc.flag(fsdp_key(doc, "cpu_ram_efficient_loading")))
+    if (_uses_fsdp(doc) and adapter == "qlora") or efficient:
         r.default("kbit_prep", False, f"{LOADERS} _prepare_model_for_quantization, under FSDP")
     else:
         r.default("kbit_prep", True, f"{LOADERS} _prepare_model_for_quantization")
@@ -283,6 +357,8 @@ def _checkpointing(r: Reading) -> None:
         r.unmodelled_key("gradient_checkpointing", "offload to disk")
     else:
         r.set("grad_ckpt", doc.flag("gradient_checkpointing"), "gradient_checkpointing")
+    if r.values.get("grad_ckpt"):  # axolotl passes use_reentrant False unless told
+        checked_reentrant(r, "gradient_checkpointing_kwargs.use_reentrant", "axolotl")
     if offloading in (None, False) or value in ("offload", "offload_disk"):
         return
     if offloading in (True, "legacy") and r.values.get("grad_ckpt"):
@@ -292,26 +368,66 @@ def _checkpointing(r: Reading) -> None:
 
 
 def _precision(r: Reading) -> None:
-    """Loaded in bf16 when bf16 or bfloat16, fp16 when fp16 or float16 (or load_in_8bit),
-    else fp32 (src/axolotl/utils/config/__init__.py:190-196); bf16/fp16 also turn on the
-    Trainer's autocast, which over a 16-bit LoRA base is "-mixed" in trainmem's terms."""
+    """What axolotl loads the model in and what the Trainer then autocasts to.
+
+    bf16 absent or auto is on for a bf16 GPU unless fp16 (config.py:559, utils/config/
+    __init__.py:156-173 resolve_dtype); the model loads in bf16 when bf16 or bfloat16, in
+    fp16 when load_in_8bit, fp16 or float16, else fp32 (__init__.py:190-196); the Trainer's
+    bf16 is ``bf16 or bfloat16`` (bf16: full only evaluates in bf16) and its fp16 is ``fp16
+    and not bf16`` (core/builders/base.py:270-278). In trainmem's terms: an fp32 model under
+    autocast is -mixed; a 16-bit model under autocast is -mixed for LoRA (fp32 adapters) and
+    under FSDP (accelerate's mixed precision: MixedPrecisionPolicy from bf16,
+    transformers/training_args.py:1614-1618 -> accelerate/state.py:1014-1015, with axolotl's
+    own FSDP2 preparation at fsdp_version 2, loaders/patch_manager.py:344-351), else the
+    16-bit dtype itself."""
     doc = r.doc
     adapter = r.values.get("method") in ("lora", "qlora")
-    for key, dtype in (("bfloat16", "bf16"), ("float16", "fp16")):  # pure 16-bit, no AMP
-        if doc.flag(key):
-            r.set("precision", dtype, key)
-            return
-    bf16 = doc.lookup("bf16")
-    if doc.flag("fp16") and bf16 in (None, "auto", False):
-        r.set("precision", "fp16-mixed" if adapter else "fp16", "fp16")
-        return
-    precision = "bf16-mixed" if adapter else "bf16"
-    if bf16 is None or bf16 == "auto":  # config.py:559; resolve_dtype picks bf16 on a bf16 GPU
-        r.default("precision", precision, f"{SCHEMAS}/config.py:559 bf16 auto, a bf16 GPU")
-    elif doc.flag("bf16"):
-        r.set("precision", precision, "bf16")
+    raw = doc.lookup("bf16")
+    fp16 = bool(doc.flag("fp16"))
+    if raw is None or str(raw).lower() == "auto":
+        bf16, bf16_key = not fp16, ""
+    elif str(raw).lower() == "full":
+        bf16, bf16_key = True, "bf16"
     else:
-        r.set("precision", "fp32", "bf16")
+        bf16, bf16_key = bool(doc.flag("bf16")), "bf16"
+    bfloat16, float16 = bool(doc.flag("bfloat16")), bool(doc.flag("float16"))
+    eight = bool(doc.flag("load_in_8bit"))
+    if bf16 or bfloat16:
+        load = "bf16"
+    elif eight or fp16 or float16:
+        load = "fp16"
+    else:
+        load = "fp32"
+    full_eval = str(raw).lower() == "full"
+    if (bf16 and not full_eval) or bfloat16:
+        autocast = "bf16"
+    elif fp16 and not bf16:
+        autocast = "fp16"
+    else:
+        autocast = None
+    if autocast is None:
+        precision = load
+    elif load == "fp32" or adapter or _uses_fsdp(doc):
+        precision = f"{autocast}-mixed"
+    else:
+        precision = load
+    if bfloat16:  # the key that decided
+        key = "bfloat16"
+    elif autocast == "fp16" or (fp16 and load == "fp16"):
+        key = "fp16"
+    elif load == "fp16":
+        key = "float16" if float16 else "load_in_8bit"
+    else:
+        key = bf16_key
+    if float16 and load == "bf16":
+        r.notes.append(
+            f"{doc.origin('float16')}: no effect: with bf16 on (auto on a bf16 GPU), axolotl "
+            "loads the model in bf16 (utils/config/__init__.py:190-191)"
+        )
+    if key:
+        r.set("precision", precision, key)
+    else:  # config.py:559; resolve_dtype picks bf16 on a bf16 GPU
+        r.default("precision", precision, f"{SCHEMAS}/config.py:559 bf16 auto, a bf16 GPU")
 
 
 def _attention(r: Reading) -> None:
@@ -346,7 +462,7 @@ def _deepspeed(r: Reading, read_file: ReadFile) -> None:
     doc = r.doc
     value = doc.lookup("deepspeed")
     if isinstance(value, str) and value.strip():
-        r.merged(read_file(named_path(doc, "deepspeed", value.strip()), doc.origin("deepspeed")))
+        r.merged(read_file(r.named("deepspeed", value.strip()), doc.origin("deepspeed")))
     elif isinstance(value, dict):
         prefix = "deepspeed."
         lines = {k[len(prefix) :]: n for k, n in doc.lines.items() if k.startswith(prefix)}

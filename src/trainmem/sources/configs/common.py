@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trainmem.core.errors import PlanError
+from trainmem.core.stacks import stack_record
 from trainmem.core.units import NumberError, checked_number, shown
+from trainmem.sources import files
 from trainmem.sources.files import show
 
 FIELD = "--from"  # the PlanError field of every config error: the flag that named the file
@@ -32,7 +34,7 @@ class Doc:
     name: str
     data: Mapping[str, Any]
     lines: Mapping[str, int] = field(default_factory=dict)
-    path: Path | None = None  # the file, for paths it names (relative to its folder)
+    path: Path | None = None  # the file (paths it names: resolve_named)
     # Top-level keys that came from elsewhere (a command line over its --config file), and
     # the name to show for them.
     shown_as: Mapping[str, str] = field(default_factory=dict)
@@ -248,6 +250,14 @@ class Reading:
         self.explicit = set(both.explicit)
         self.unmodelled, self.notes = list(both.unmodelled), list(both.notes)
 
+    def named(self, key: str, text: str) -> Path:
+        """A file the document names at ``key``, as the framework opens it (resolve_named),
+        with a note when it is read from beside the config instead."""
+        path, note = resolve_named(self.doc, key, text)
+        if note:
+            self.notes.append(note)
+        return path
+
     def result(self) -> ConfigPlan:
         return ConfigPlan(
             dict(self.values),
@@ -259,12 +269,76 @@ class Reading:
         )
 
 
+def checked_reentrant(r: Reading, key: str, stack: str) -> None:
+    """``use_reentrant`` at ``key``. The plan models the stack's own choice
+    (Stack.reentrant_ckpt); the other is named with what it changes in the estimate: only an
+    LLM.int8 base's inputs, which bitsandbytes keeps outside non-reentrant checkpointing's
+    saved-tensor hooks (trainmem.core.estimator, layer.int8_inputs)."""
+    value = r.doc.flag(key)
+    if value is None or value == stack_record(stack).reentrant_ckpt:
+        return
+    kind, planned = ("reentrant", "non-reentrant") if value else ("non-reentrant", "reentrant")
+    int8 = r.values.get("quant") == "int8" and r.values.get("grad_ckpt")
+    why = f"{kind} checkpointing, planned as the {stack} stack's {planned}"
+    if int8:
+        r.unmodelled_key(key, f"{why}: it decides whether LLM.int8 inputs stay saved")
+    else:
+        r.notes.append(f"{r.doc.origin(key)}: {why}; the same memory without an LLM.int8 base")
+
+
+def resolve_named(doc: Doc, key: str, text: str) -> tuple[Path, str | None]:
+    """A file a config names (``deepspeed: ds.json``) where the framework opens it: a relative
+    path from the working directory, as every one of them does (transformers and accelerate
+    HfDeepSpeedConfig, accelerate/utils/deepspeed.py:141 os.path.exists; axolotl's
+    prepare_optim_env, utils/trainer.py os.path.isfile(cfg.deepspeed); LLaMA-Factory passes it
+    to TrainingArguments; TRL's --accelerate_config, cli/accelerate_config.py Path.is_file).
+
+    Absent there but present beside the config, that file is read instead, with a note (the
+    second value) saying the framework would not find it from here."""
+    try:
+        path = files.expand(text)
+    except files.FileReadError as exc:
+        raise doc.error(key, str(exc)) from None
+    if path.is_absolute():
+        return path, None
+    try:
+        here = Path.cwd() / path
+    except OSError:  # the working directory was removed
+        here = None
+    beside = doc.path.parent / path if doc.path is not None and not doc.command else None
+    if beside is None or (here is not None and (here == beside or _exists(here))):
+        return (here or path), None
+    if not _exists(beside):
+        return (here or beside), None
+    return beside, (
+        f"{doc.origin(key)}: {show(text)} is not in the working directory, where the framework "
+        f"opens it; read {show(beside)} beside {doc.name} instead (run from "
+        f"{show(beside.parent)} for the framework to find it)"
+    )
+
+
+def _exists(path: Path) -> bool:
+    """Something is there (a file, or a broken link the reader then reports)."""
+    try:
+        return files.kind(path) is not None
+    except files.FileReadError:
+        return True
+
+
 def named_path(doc: Doc, key: str, text: str) -> Path:
-    """A file a config names (``deepspeed: ds.json``), relative to that config's folder."""
-    path = Path(text).expanduser()
-    if not path.is_absolute() and doc.path is not None:
-        path = doc.path.parent / path
-    return path
+    """The file ``text`` names, resolved by :func:`resolve_named` (its note dropped: for
+    callers that report it through a Reading, use Reading.named)."""
+    return resolve_named(doc, key, text)[0]
 
 
-__all__ = ["FIELD", "ConfigPlan", "Doc", "ReadFile", "Reading", "named_path", "show"]
+__all__ = [
+    "FIELD",
+    "ConfigPlan",
+    "Doc",
+    "ReadFile",
+    "Reading",
+    "checked_reentrant",
+    "named_path",
+    "resolve_named",
+    "show",
+]

@@ -63,6 +63,7 @@ def read(doc: Doc) -> ConfigPlan:
             "batch", doc.integer("train_micro_batch_size_per_gpu"), "train_micro_batch_size_per_gpu"
         )
     r.set("strategy", "zero", f"{ZERO}.stage" if stage is not None else ZERO)
+    _precision(r)
     _sizes(r)
     overlap = doc.lookup(f"{ZERO}.overlap_comm")
     if overlap is not None and overlap != "auto":
@@ -90,6 +91,22 @@ def _sizes(r: Reading) -> None:
             r.set(field, int(checked_number(value, whole=True, low=0)), key)
         except NumberError as exc:
             raise doc.error(key, f'{exc} (a size in elements, or "auto")') from None
+
+
+def _precision(r: Reading) -> None:
+    """bf16.enabled / fp16.enabled: the engine casts the model's parameters to that dtype
+    (runtime/engine.py _configure_distributed_model, _cast_module_mixed_precision) and ZeRO
+    keeps the fp32 master (trainmem.core.recipes ZERO_BF16 / ZERO_FP16); nothing autocasts.
+    "auto" is the Trainer's bf16 / fp16 (transformers integrations/deepspeed.py:183-184)."""
+    doc = r.doc
+    for name in ("bf16", "fp16"):
+        key = f"{name}.enabled"
+        value = doc.lookup(key)
+        if value is None or value == "auto":
+            continue
+        if doc.flag(key):
+            r.set("precision", name, key)
+            return
 
 
 def _offload(r: Reading) -> None:

@@ -5,6 +5,7 @@ ConfigPlan: files in the order given, a later one over an earlier one for the sa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,7 @@ def read_command(text: str, cwd: Path | None = None) -> ConfigPlan:
         plan = llama_factory.read(args_doc, read_named)
     else:
         plan = trainer_args.read(args_doc, read_named, trl=program[0] == "trl" or None)
-    return launcher.under(plan) if launcher is not None else plan
+    return fold(launcher, plan) if launcher is not None else plan
 
 
 def _launcher_plan(cmd: command_line.Command, cwd: Path | None) -> ConfigPlan | None:
@@ -132,7 +133,7 @@ def _launcher_plan(cmd: command_line.Command, cwd: Path | None) -> ConfigPlan | 
         plan = accelerate.read(doc, read_named) if data else ConfigPlan(kind="launcher")
         config = opts.get("config_file")
         if isinstance(config, str):
-            return read_file(named_path(doc, "config_file", config)).under(plan)
+            return fold(read_file(named_path(doc, "config_file", config)), plan)
         return plan
     r = Reading(Doc(command_line.NAME, opts, {}, here, command=True), cmd.launcher, kind="launcher")
     per_node_key = "nproc_per_node" if cmd.launcher == "torchrun" else "num_gpus"
@@ -146,6 +147,52 @@ def _launcher_plan(cmd: command_line.Command, cwd: Path | None) -> ConfigPlan | 
     return r.result()
 
 
+def fold(lower: ConfigPlan, upper: ConfigPlan) -> ConfigPlan:
+    """``upper`` over ``lower`` (ConfigPlan.under), then what the two say together: a full
+    fine-tune under FSDP whose training config says bf16 (a 16-bit model under the Trainer's
+    autocast) while its accelerate config says mixed_precision bf16 runs accelerate's mixed
+    precision (transformers/training_args.py:1614-1618 reads ACCELERATE_MIXED_PRECISION, its
+    bf16/fp16 override it in the same dtype; accelerate/state.py:1014-1015
+    set_mixed_precision): bf16-mixed, the recipe trainmem.core.recipes plans."""
+    both = lower.under(upper)
+    values = both.values
+    precision = values.get("precision")
+    mixed = f"{precision}-mixed"
+    if (
+        values.get("strategy") == "fsdp"
+        and values.get("method") == "full"
+        and precision in ("bf16", "fp16")
+        and mixed in (lower.values.get("precision"), upper.values.get("precision"))
+    ):
+        other = lower if lower.values.get("precision") == mixed else upper
+        origin = f"{both.origins['precision']} under FSDP with {other.origins['precision']}"
+        return _with(both, "precision", mixed, origin)
+    return both
+
+
+def _with(plan: ConfigPlan, name: str, value: Any, origin: str) -> ConfigPlan:
+    return replace(
+        plan, values={**plan.values, name: value}, origins={**plan.origins, name: origin}
+    )
+
+
+def _deepspeed_casts(plan: ConfigPlan) -> ConfigPlan:
+    """Under DeepSpeed the engine casts the model's parameters to bf16 / fp16 whenever
+    either is enabled, as the Trainer's bf16 / fp16 make them ("auto"), and nothing
+    autocasts (deepspeed runtime/engine.py _configure_distributed_model, edaa722; accelerate
+    turns native AMP off for DistributedType.DEEPSPEED): an fp32 model under autocast
+    (-mixed, a TRL model loaded in fp32) trains as the 16-bit one."""
+    values = plan.values
+    precision = str(values.get("precision", ""))
+    if values.get("strategy") != "zero" or not precision.endswith("-mixed"):
+        return plan
+    why = "; DeepSpeed casts the parameters (runtime/engine.py _configure_distributed_model)"
+    plan = _with(plan, "precision", precision[: -len("-mixed")], plan.origins["precision"] + why)
+    if values.get("base_dtype") == "fp32":
+        plan = _with(plan, "base_dtype", "16-bit", plan.origins["base_dtype"] + why)
+    return plan
+
+
 def read_configs(paths: Sequence[str | Path], commands: Sequence[str] = ()) -> ConfigPlan:
     """Every --from file then every --from-args command, folded in order."""
     plan = ConfigPlan(kind="launcher")
@@ -154,7 +201,7 @@ def read_configs(paths: Sequence[str | Path], commands: Sequence[str] = ()) -> C
             path = files.expand(given)
         except files.FileReadError as exc:
             raise PlanError(FIELD, str(exc)) from None
-        plan = plan.under(read_file(path))
+        plan = fold(plan, read_file(path))
     for text in commands:
-        plan = plan.under(read_command(text))
-    return plan
+        plan = fold(plan, read_command(text))
+    return _deepspeed_casts(plan)

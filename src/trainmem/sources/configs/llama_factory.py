@@ -7,7 +7,7 @@ from trainmem.core.errors import PlanError
 from trainmem.core.units import shown
 from trainmem.sources.configs import deepspeed as ds
 from trainmem.sources.configs import optimizers
-from trainmem.sources.configs.common import FIELD, ConfigPlan, Doc, ReadFile, Reading, named_path
+from trainmem.sources.configs.common import FIELD, ConfigPlan, Doc, ReadFile, Reading
 from trainmem.sources.configs.lora import set_modules_to_save, set_targets
 
 FRAMEWORK = "LLaMA-Factory ff6d4d1"
@@ -223,6 +223,6 @@ def _deepspeed(r: Reading, read_file: ReadFile) -> None:
     doc = r.doc
     value = doc.lookup("deepspeed")
     if isinstance(value, str) and value.strip():
-        r.merged(read_file(named_path(doc, "deepspeed", value.strip()), doc.origin("deepspeed")))
+        r.merged(read_file(r.named("deepspeed", value.strip()), doc.origin("deepspeed")))
     elif isinstance(value, dict):
         r.merged(ds.read(Doc(doc.name, value, {}, doc.path)))

@@ -22,7 +22,11 @@ _BNB = {
     "paged_lion_8bit": "lion-8bit",
 }
 _OTHER = {"adamw_torch_4bit": "adamw-4bit", "sgd": "sgd", "adafactor": "adafactor"}
-OPTIMIZER_NAMES = {**_ADAMW, **_BNB, **_OTHER}
+# torchao's AdamW8bit (trainer_optimizer.py:462-467, block_size 256): 8-bit moments with an
+# fp32 scale per block of 256, the bytes of bitsandbytes' blockwise state, so planned as
+# adamw-8bit; the two differ on small tensors and embeddings (a note says how).
+_TORCHAO_8BIT = {"adamw_torch_8bit": "adamw-8bit"}
+OPTIMIZER_NAMES = {**_ADAMW, **_BNB, **_OTHER, **_TORCHAO_8BIT}
 
 
 def read_optimizer(r: Reading, key: str) -> bool:
@@ -37,4 +41,11 @@ def read_optimizer(r: Reading, key: str) -> bool:
         r.unmodelled_key(key, f"optimizer {shown(name)} is not modelled: planned with the default")
         return False
     r.set("optimizer", plan_name, key)
+    if name.lower() in _TORCHAO_8BIT:
+        r.notes.append(
+            f"{r.doc.origin(key)}: torchao's AdamW8bit, planned as bitsandbytes' 8-bit AdamW "
+            "(1 + 4/256 bytes per moment); torchao also quantizes embeddings, which the plan "
+            "keeps at 32 bits as the Trainer does for bitsandbytes, and keeps tensors under 4096 "
+            "elements in their own dtype, not fp32"
+        )
     return True

@@ -13,7 +13,15 @@ from __future__ import annotations
 from trainmem.core.errors import PlanError
 from trainmem.core.units import shown
 from trainmem.sources.configs import optimizers
-from trainmem.sources.configs.common import FIELD, ConfigPlan, Doc, ReadFile, Reading, named_path
+from trainmem.sources.configs.common import (
+    FIELD,
+    ConfigPlan,
+    Doc,
+    ReadFile,
+    Reading,
+    checked_reentrant,
+)
+from trainmem.sources.configs.loader import read_doc
 from trainmem.sources.configs.lora import set_modules_to_save, set_targets
 
 TRL = "TRL 1.16.0"
@@ -75,7 +83,6 @@ _ATTN = {
 }
 _DTYPES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 _UNMODELLED = {
-    "fsdp_config.activation_checkpointing": "FSDP's own activation checkpointing",
     "torch_compile": "compile workspace",
     "activation_offloading": "TRL's activation offloading",
     "auto_find_batch_size": "the batch is searched at run time",
@@ -122,13 +129,14 @@ def read(doc: Doc, read_file: ReadFile, *, trl: bool | None = None) -> ConfigPla
     r.unmodelled_present(_UNMODELLED)
     deepspeed = doc.lookup("deepspeed")
     if isinstance(deepspeed, str) and deepspeed.strip():
-        path = named_path(doc, "deepspeed", deepspeed.strip())
+        path = r.named("deepspeed", deepspeed.strip())
         r.merged(read_file(path, doc.origin("deepspeed")))
     elif isinstance(deepspeed, dict):
         from trainmem.sources.configs import deepspeed as ds
 
         r.merged(ds.read(Doc(doc.name, deepspeed, _sub_lines(doc, "deepspeed"), doc.path)))
-    r.typos({*TRL_KEYS, *HF_KEYS, "per_device_train_batch_size", "lora_alpha", "lora_dropout"})
+    known = ("lora_alpha", "lora_dropout", "fsdp", "fsdp_config", *_CHECKPOINT_KWARGS)
+    r.typos({*TRL_KEYS, *HF_KEYS, *known})
     return r.result()
 
 
@@ -244,7 +252,9 @@ def _checkpointing(r: Reading, trl: bool) -> None:
             r.default("grad_ckpt", True, "trl/trainer/base_config.py:62")
         else:
             r.default("grad_ckpt", False, "transformers/training_args.py:1541-1542")
-    for key in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
+    for key in _CHECKPOINT_KWARGS:
+        if r.values.get("grad_ckpt"):  # the Trainer's default is non-reentrant
+            checked_reentrant(r, f"{key}.use_reentrant", "trl" if trl else "trainer")
         if doc.flag(f"{key}.offload"):
             r.set("ckpt_offload", True, f"{key}.offload")
         every = doc.integer(f"{key}.every_n_layers")
@@ -252,6 +262,10 @@ def _checkpointing(r: Reading, trl: bool) -> None:
             r.unmodelled_key(f"{key}.every_n_layers", "only every n-th layer checkpointed")
         if doc.flag(f"{key}.selective"):
             r.unmodelled_key(f"{key}.selective", "selective checkpointing keeps attention")
+
+
+# TrainingArguments' kwargs for checkpointing, the new name first (training_args.py)
+_CHECKPOINT_KWARGS = ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs")
 
 
 def _load_dtype(r: Reading, trl: bool) -> tuple[str, str]:
@@ -284,8 +298,13 @@ def _precision(r: Reading, trl: bool) -> None:
         precision = "fp32" if load == "fp32" else ("fp16" if load == "fp16" else "bf16")
     elif load == "fp32":
         precision = f"{autocast}-mixed"
+    elif adapter or _sharded(doc):
+        # under FSDP the Trainer's bf16/fp16 is accelerate's mixed precision
+        # (training_args.py:1614-1618 -> accelerate/state.py:1014-1015 set_mixed_precision)
+        # over parameters it upcasts to fp32 (utils/fsdp_utils.py fsdp2_prepare_model)
+        precision = f"{autocast}-mixed"
     else:
-        precision = f"{autocast}-mixed" if adapter else autocast
+        precision = autocast
     key = flag_key or (load_key if load_key and "/" not in load_key else None)
     if trl:
         source = f"trl/trainer/base_config.py:68, :108; model dtype {load_key or 'float32'}"
@@ -310,6 +329,11 @@ def _precision(r: Reading, trl: bool) -> None:
             f"{doc.name}: the model's dtype is the training script's; planned as "
             "transformers 5's from_pretrained default, the checkpoint's (16-bit) dtype"
         )
+
+
+def _sharded(doc: Doc) -> bool:
+    fsdp = doc.lookup("fsdp")
+    return bool(fsdp) and fsdp not in ("false", "False")
 
 
 def _loss(r: Reading, trl: bool) -> None:
@@ -354,48 +378,80 @@ _FSDP_WORDS = {
 }
 
 
+def _fsdp_key(doc: Doc, prefix: str, name: str) -> str:
+    """The key of fsdp_config field ``name`` as written: transformers drops an ``fsdp_``
+    prefix (training_args.py:2784-2786, k[5:]), so fsdp_version is version."""
+    config = doc.lookup(prefix.rstrip(".")) if prefix else doc.data
+    found = f"{prefix}{name}"
+    if isinstance(config, dict):
+        for key in map(str, config):
+            if key == name or (key.startswith("fsdp_") and key[5:] == name):
+                found = f"{prefix}{key}"
+    return found
+
+
 def _fsdp(r: Reading) -> None:
-    """``fsdp`` (True, or the legacy words) and ``fsdp_config``, as transformers 5.24 builds
-    accelerate's FSDP plugin from them (training_args.py _process_fsdp_args and the legacy
-    translation below it): version 2 unless fsdp_config.version says 1, reshard_after_forward
-    True unless set (FSDP2: full shard), cpu_offload, cpu_ram_efficient_loading."""
+    """``fsdp`` (True, or the legacy words) and ``fsdp_config`` (a mapping, or a JSON file
+    opened from the working directory, training_args.py:2781-2783), as transformers 5.24
+    builds accelerate's FSDP plugin from them (training_args.py _process_fsdp_args and
+    _apply_legacy_fsdp_to_config): version 2 unless fsdp_config's version says 1, the legacy
+    words only where fsdp_config is silent (setdefault; FSDP2 takes full_shard and
+    shard_grad_op only), reshard_after_forward True unless set (FSDP2: full shard),
+    cpu_offload, cpu_ram_efficient_loading."""
     doc = r.doc
     fsdp = doc.lookup("fsdp")
-    if not fsdp or fsdp in ("false", "False"):
+    if not _sharded(doc):
         return
     r.set("strategy", "fsdp", "fsdp")
-    version = doc.integer("fsdp_config.version")
+    config = doc.lookup("fsdp_config")
+    if isinstance(config, str) and config.strip():
+        path = r.named("fsdp_config", config.strip())
+        c, prefix = Reading(read_doc(path, what="fsdp_config file"), r.framework), ""
+    else:
+        c, prefix = r, "fsdp_config."
+    cdoc = c.doc
+    key = _fsdp_key(cdoc, prefix, "version")
+    version = cdoc.integer(key)
     if version is None:
-        r.default("fsdp_version", 2, "transformers/training_args.py:2826")
+        c.default("fsdp_version", 2, "transformers/training_args.py:2826")
         version = 2
     elif version not in (1, 2):
-        raise doc.error("fsdp_config.version", f"{version} is not 1 or 2")
+        raise cdoc.error(key, f"{version} is not 1 or 2")
     else:
-        r.set("fsdp_version", version, "fsdp_config.version")
+        c.set("fsdp_version", version, key)
+    reshard_key = _fsdp_key(cdoc, prefix, "reshard_after_forward")
+    reshard = cdoc.lookup(reshard_key)
+    if isinstance(reshard, bool) or str(reshard).lower() in ("true", "false"):
+        full = reshard is True or str(reshard).lower() == "true"
+        c.set("fsdp", "full-shard" if full else "shard-grad-op", reshard_key)
+    elif isinstance(reshard, str) and reshard.lower() in _FSDP_WORDS:
+        c.set("fsdp", _FSDP_WORDS[reshard.lower()], reshard_key)
+    elif reshard is not None:
+        raise cdoc.error(reshard_key, f"{shown(reshard)} is not a sharding strategy")
     words = fsdp.split() if isinstance(fsdp, str) else list(fsdp) if isinstance(fsdp, list) else []
     for word in words:
         word = str(word).lower()
         if word in _FSDP_WORDS:
-            r.set("fsdp", _FSDP_WORDS[word], "fsdp")
+            if version == 2 and word not in ("full_shard", "shard_grad_op"):
+                raise doc.error("fsdp", f"{word} is FSDP1's: transformers refuses it with FSDP2")
+            if reshard is None:
+                r.set("fsdp", _FSDP_WORDS[word], "fsdp")
             if word == "hybrid_shard_zero2":
                 r.unmodelled_key("fsdp", "hybrid_shard_zero2 is planned as hybrid-shard")
         elif word == "offload":
             r.set("offload", "params", "fsdp")
-        elif word != "auto_wrap":
+        elif word not in ("auto_wrap", "true"):
             raise doc.error("fsdp", f"{shown(word)} is not an FSDP option")
-    reshard = doc.lookup("fsdp_config.reshard_after_forward")
-    if isinstance(reshard, bool):
-        r.set(
-            "fsdp",
-            "full-shard" if reshard else "shard-grad-op",
-            "fsdp_config.reshard_after_forward",
-        )
-    elif isinstance(reshard, str) and reshard.lower() in _FSDP_WORDS:
-        r.set("fsdp", _FSDP_WORDS[reshard.lower()], "fsdp_config.reshard_after_forward")
-    elif "fsdp" not in r.values:
-        r.default("fsdp", "full-shard", "transformers/training_args.py:2860")
-    if doc.flag("fsdp_config.cpu_offload"):
-        r.set("offload", "params", "fsdp_config.cpu_offload")
-    efficient = doc.flag("fsdp_config.cpu_ram_efficient_loading")
+    if "fsdp" not in r.values and "fsdp" not in c.values:
+        c.default("fsdp", "full-shard", "transformers/training_args.py:2860-2870")
+    offload_key = _fsdp_key(cdoc, prefix, "cpu_offload")
+    if cdoc.flag(offload_key):
+        c.set("offload", "params", offload_key)
+    efficient_key = _fsdp_key(cdoc, prefix, "cpu_ram_efficient_loading")
+    efficient = cdoc.flag(efficient_key)
     if efficient is not None:
-        r.set("ram_efficient_loading", efficient, "fsdp_config.cpu_ram_efficient_loading")
+        c.set("ram_efficient_loading", efficient, efficient_key)
+    if cdoc.flag(ac_key := _fsdp_key(cdoc, prefix, "activation_checkpointing")):
+        c.unmodelled_key(ac_key, "FSDP's own activation checkpointing")
+    if c is not r:
+        r.merged(c.result())
