@@ -47,27 +47,35 @@ class Command:
     program: str = ""  # "trl sft", "llamafactory-cli train", "axolotl train", a script
     config_file: str | None = None
     args: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # VAR=value before the command
 
 
-def parse(text: str) -> Command:
+# A script's first argument naming a YAML or JSON file is its config, as LLaMA-Factory's
+# src/train.py reads it (hparams/parser.py:117-124 read_args; the rest key=value overrides).
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def parse(text: str, name: str = NAME) -> Command:
     try:
         tokens = shlex.split(text)
     except ValueError as exc:
-        raise PlanError(NAME, f"cannot split the command line: {exc}") from None
+        raise PlanError(name, f"cannot split the command line: {exc}") from None
+    env: dict[str, str] = {}
     while tokens and "=" in tokens[0] and not tokens[0].startswith("-"):
-        tokens.pop(0)  # VAR=value before the command
+        var, _, value = tokens.pop(0).partition("=")  # VAR=value before the command
+        env[var] = value
     if not tokens:
         raise PlanError(
-            NAME, 'is empty; give the training command, e.g. "trl sft --model_name_or_path ..."'
+            name, 'is empty; give the training command, e.g. "trl sft --model_name_or_path ..."'
         )
-    cmd = Command()
+    cmd = Command(env=env)
     if tokens[0] in ("python", "python3") and tokens[1:3] == ["-m", "torch.distributed.run"]:
         tokens = ["torchrun", *tokens[3:]]
     if tokens[0] in _LAUNCHERS:
         cmd.launcher = tokens.pop(0)
         if cmd.launcher == "accelerate":
             if not tokens or tokens[0] != "launch":
-                raise PlanError(NAME, "accelerate: only `accelerate launch ...` is read")
+                raise PlanError(name, "accelerate: only `accelerate launch ...` is read")
             tokens.pop(0)
         tokens = _launcher_options(tokens, cmd.launcher_args)
     if tokens and tokens[0] in ("python", "python3"):
@@ -75,7 +83,7 @@ def parse(text: str) -> Command:
     if tokens and tokens[0] == "-m":
         tokens.pop(0)
     if not tokens:
-        raise PlanError(NAME, "names no program after the launcher")
+        raise PlanError(name, "names no program after the launcher")
     head = tokens.pop(0)
     if head in ("trl", "llamafactory-cli", "axolotl", "lmf") and tokens:
         head = f"{head} {tokens.pop(0)}"
@@ -85,15 +93,17 @@ def parse(text: str) -> Command:
             and not tokens[0].startswith("-")
         ):
             cmd.config_file = tokens.pop(0)
+    elif tokens and not tokens[0].startswith("-") and tokens[0].endswith(CONFIG_SUFFIXES):
+        cmd.config_file = tokens.pop(0)
     cmd.program = head
     cmd.args = _program_args(tokens)
     config = cmd.args.pop("config", None)
     if config is not None and cmd.config_file is None:
         if not isinstance(config, str) or not config.strip():  # `--config` with no file
-            raise PlanError(NAME, "--config names no file")
+            raise PlanError(name, "--config names no file")
         cmd.config_file = config
     if head == "axolotl train" and not cmd.config_file:  # axolotl's CLI requires one
-        raise PlanError(NAME, "`axolotl train` names no config file")
+        raise PlanError(name, "`axolotl train` names no config file")
     return cmd
 
 

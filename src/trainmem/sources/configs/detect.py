@@ -4,7 +4,9 @@ ConfigPlan: files in the order given, a later one over an earlier one for the sa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import importlib.util
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,10 +19,18 @@ from trainmem.sources.configs import (
     command_line,
     deepspeed,
     llama_factory,
+    shell_script,
     trainer_args,
     unsloth_script,
 )
-from trainmem.sources.configs.common import FIELD, ConfigPlan, Doc, Reading, named_path
+from trainmem.sources.configs.common import (
+    FIELD,
+    ConfigPlan,
+    Doc,
+    Reading,
+    named_path,
+    resolve_named,
+)
 from trainmem.sources.configs.loader import read_doc
 
 Reader = Callable[[Doc], ConfigPlan]
@@ -61,6 +71,8 @@ def read_doc_plan(doc: Doc) -> ConfigPlan:
 def read_file(path: Path) -> ConfigPlan:
     if unsloth_script.is_script(path):  # Python: read with ast, never run
         return unsloth_script.read_file(path, read_named)
+    if shell_script.is_script(path):  # its training command, never run
+        return shell_script.read_file(path, read_command)
     return read_doc_plan(read_doc(path))
 
 
@@ -75,38 +87,142 @@ def read_named(path: Path, named_by: str) -> ConfigPlan:
     return read_doc_plan(doc)
 
 
-def read_command(text: str, cwd: Path | None = None) -> ConfigPlan:
+def read_command(text: str, cwd: Path | None = None, name: str = command_line.NAME) -> ConfigPlan:
     """A training command line: the launcher's options, then the program's arguments
-    (over the config file it names, if any)."""
-    cmd = command_line.parse(text)
-    launcher = _launcher_plan(cmd, cwd)
+    (over the config file it names, if any). ``name`` is how its keys are shown (a
+    script's line)."""
+    cmd = command_line.parse(text, name)
     program = cmd.program.split()
     if program[0] == "trl" and program[1:] != ["sft"]:
         raise PlanError(
-            command_line.NAME,
+            name,
             f"`{cmd.program}` is not planned: only `trl sft` (supervised fine-tuning) is; "
             "DPO, KTO, reward and GRPO steps hold reference models, pairs or generations",
         )
     here = (cwd or Path.cwd()) / "command"  # paths in a command are the shell's
-    args_doc = Doc(command_line.NAME, cmd.args, {}, here, command=True)
+    args_doc = Doc(name, cmd.args, {}, here, command=True)
+    data: dict[str, Any] = dict(cmd.args)
+    lines: Mapping[str, int] = {}
+    path: Path | None = here
+    shown_as: dict[str, str] = {}
+    doc_name = name
     if cmd.config_file:
         base = read_doc(named_path(args_doc, "config", cmd.config_file))
-        shown_as = {k: command_line.NAME for k in cmd.args}
-        doc = Doc(base.name, {**base.data, **cmd.args}, base.lines, base.path, shown_as)
-        if program[0] in ("llamafactory-cli", "lmf"):
-            plan = llama_factory.read(doc, read_named)
-        elif program[0] == "axolotl":
-            plan = axolotl.read(doc, read_named)
-        else:
-            plan = trainer_args.read(doc, read_named, trl=program[0] == "trl" or None)
-    elif program[0] in ("llamafactory-cli", "lmf"):  # --key value (hparams/parser.py read_args)
-        plan = llama_factory.read(args_doc, read_named)
+        data, lines, path, doc_name = {**base.data, **cmd.args}, base.lines, base.path, base.name
+        shown_as = {k: name for k in cmd.args}
+    trl = program[0] == "trl"
+    launch: ConfigPlan | None = None
+    if trl:  # what SFTConfig does not take goes to accelerate launch (cli/commands/training.py)
+        launch = _trl_launch(data, doc_name, lines, path, shown_as)
+    doc = Doc(doc_name, data, lines, path, shown_as, command=not cmd.config_file)
+    if program[0] in ("llamafactory-cli", "lmf"):  # --key value too (hparams/parser.py)
+        plan = llama_factory.read(doc, read_named)
+        launch = _llama_factory_launch(cmd, name, here)
+    elif program[0] == "axolotl":
+        plan = axolotl.read(doc, read_named)
+    elif cmd.config_file and not trl:  # a script's config (LLaMA-Factory's src/train.py)
+        found = detect(doc)
+        reader = _readers()[found][1] if found in ("axolotl", "LLaMA-Factory") else None
+        plan = reader(doc) if reader else trainer_args.read(doc, read_named)
     else:
-        plan = trainer_args.read(args_doc, read_named, trl=program[0] == "trl" or None)
+        plan = trainer_args.read(doc, read_named, trl=trl or None)
+    if launch is not None:
+        plan = fold(launch, plan)
+    launcher = _launcher_plan(cmd, cwd, name)
     return fold(launcher, plan) if launcher is not None else plan
 
 
-def _launcher_plan(cmd: command_line.Command, cwd: Path | None) -> ConfigPlan | None:
+# `trl sft --accelerate_config NAME`: a file, else one bundled with TRL
+# (trl/cli/accelerate_config.py:19-47 resolve_accelerate_config_argument).
+_BUNDLED = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_TRL_LAUNCH = ("accelerate_config", "num_processes", "num_machines")
+
+
+def _trl_launch(
+    data: dict[str, Any],
+    name: str,
+    lines: Mapping[str, int],
+    path: Path | None,
+    shown_as: dict[str, str],
+) -> ConfigPlan | None:
+    """The accelerate launch that `trl sft` runs: --accelerate_config (a path, else a
+    config bundled with the installed TRL), --num_processes / --num_machines over it."""
+    opts = {k: data.pop(k) for k in _TRL_LAUNCH if k in data}
+    if not opts:
+        return None
+    doc = Doc(name, opts, lines, path, shown_as)
+    plan: ConfigPlan | None = None
+    config = doc.text("accelerate_config")
+    if config:
+        file, note = resolve_named(doc, "accelerate_config", config)
+        try:
+            there = files.kind(file)
+        except files.FileReadError as exc:
+            raise doc.error("accelerate_config", str(exc)) from None
+        if there is None and _BUNDLED.fullmatch(config):
+            file = _bundled_trl_config(doc, config)
+        plan = read_file(file)
+        if note:
+            plan = replace(plan, notes=(*plan.notes, note))
+    rest = {k: v for k, v in opts.items() if k != "accelerate_config"}
+    if rest:  # processes over the config's (launch.py: the flag beats the file)
+        rest["distributed_type"] = "MULTI_GPU"
+        extra = accelerate.read(Doc(name, rest, lines, path, shown_as), read_named)
+        plan = fold(plan, extra) if plan is not None else extra
+    return plan
+
+
+def _bundled_trl_config(doc: Doc, config: str) -> Path:
+    """trl/accelerate_configs/NAME.yaml of the installed TRL, found without importing it."""
+    try:
+        spec = importlib.util.find_spec("trl")
+    except (ImportError, ValueError):
+        spec = None
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    if not folders:
+        raise doc.error(
+            "accelerate_config",
+            f"{files.show(config)} is no file, and TRL is not installed here to name one of "
+            "its bundled configs: give the accelerate config's path",
+        )
+    candidate = Path(folders[0]) / "accelerate_configs" / f"{config}.yaml"
+    if files.kind(candidate) != "file":
+        bundled = sorted(p.stem for p in (Path(folders[0]) / "accelerate_configs").glob("*.yaml"))
+        raise doc.error(
+            "accelerate_config",
+            f"{files.show(config)} is neither a file nor a config bundled with TRL "
+            f"({', '.join(bundled[:20]) or 'none'})",
+        )
+    return candidate
+
+
+def _llama_factory_launch(cmd: command_line.Command, name: str, here: Path) -> ConfigPlan | None:
+    """`llamafactory-cli train` runs torchrun itself with NPROC_PER_NODE processes (else one
+    per visible device) and NNODES nodes (src/llamafactory/launcher.py:60-66)."""
+    env = cmd.env
+    data: dict[str, Any] = {}
+    if "NPROC_PER_NODE" in env:
+        data["NPROC_PER_NODE"] = env["NPROC_PER_NODE"]
+    elif env.get("CUDA_VISIBLE_DEVICES", "").strip():
+        data["CUDA_VISIBLE_DEVICES"] = len(env["CUDA_VISIBLE_DEVICES"].split(","))
+    if "NNODES" in env:
+        data["NNODES"] = env["NNODES"]
+    if not data:
+        return None
+    r = Reading(Doc(name, data, {}, here), "LLaMA-Factory", kind="launcher")
+    for key in ("NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES"):
+        gpus = r.doc.integer(key)
+        if gpus is not None:
+            r.set("gpus", gpus, key)
+    nodes = r.doc.integer("NNODES")
+    if nodes is not None and nodes != 1:
+        r.set("nodes", nodes, "NNODES")
+    return r.result()
+
+
+def _launcher_plan(
+    cmd: command_line.Command, cwd: Path | None, name: str = command_line.NAME
+) -> ConfigPlan | None:
     opts = cmd.launcher_args
     if not cmd.launcher:
         return None
@@ -129,13 +245,13 @@ def _launcher_plan(cmd: command_line.Command, cwd: Path | None) -> ConfigPlan | 
             data["distributed_type"] = kind
         elif "num_processes" in data or opts.get("multi_gpu"):
             data["distributed_type"] = "MULTI_GPU"
-        doc = Doc(command_line.NAME, data, {}, here, command=True)
+        doc = Doc(name, data, {}, here, command=True)
         plan = accelerate.read(doc, read_named) if data else ConfigPlan(kind="launcher")
         config = opts.get("config_file")
         if isinstance(config, str):
             return fold(read_file(named_path(doc, "config_file", config)), plan)
         return plan
-    r = Reading(Doc(command_line.NAME, opts, {}, here, command=True), cmd.launcher, kind="launcher")
+    r = Reading(Doc(name, opts, {}, here, command=True), cmd.launcher, kind="launcher")
     per_node_key = "nproc_per_node" if cmd.launcher == "torchrun" else "num_gpus"
     nodes_key = "nnodes" if cmd.launcher == "torchrun" else "num_nodes"
     per_node = r.doc.integer(per_node_key)
