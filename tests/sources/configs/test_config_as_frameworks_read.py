@@ -283,3 +283,14 @@ def test_accelerate_fsdp_mixed_precision_over_a_bf16_training_config(tmp_path):
     plan = read_configs([acc, full])
     assert plan.values["precision"] == "bf16-mixed"
     assert plan.origins["precision"] == f"{full}:2 bf16 under FSDP with {acc}:2 mixed_precision"
+
+
+def test_dotted_lora_targets_are_their_suffix(tmp_path):
+    # axolotl's llama-4 examples list self_attn.q_proj ...: PEFT matches the path's suffix
+    plan = read(
+        tmp_path,
+        "l.yml",
+        "base_model: x/y\nadapter: lora\nlora_target_modules:\n  - self_attn.q_proj\n"
+        "  - self_attn.v_proj\n  - mlp.down_proj\n",
+    )
+    assert plan.values["lora_targets"] == "q,v,down"

@@ -18,6 +18,9 @@ def set_targets(r: Reading, key: str, names: list[str]) -> None:
     if any(n.lower() in _ALL for n in names):
         r.set("lora_targets", "all-linear", key)
         return
+    # PEFT matches a listed name as the module path's suffix (peft 0.21.2
+    # tuners/tuners_utils.py:2376 key.endswith(f".{target_key}")): self_attn.q_proj is q_proj
+    names = [_suffix(n) for n in names]
     kept = [_MODULES[n] for n in names if n in _MODULES]
     on_edges = [n for n in names if n in SAVABLE]
     unknown = [n for n in names if n not in _MODULES and n not in SAVABLE]
@@ -32,6 +35,11 @@ def set_targets(r: Reading, key: str, names: list[str]) -> None:
     if not kept:
         raise PlanError(FIELD, f"{r.doc.where(key)}: {key}: no decoder linear layer targeted")
     r.set("lora_targets", ",".join(kept), key)
+
+
+def _suffix(name: str) -> str:
+    parent, _, last = name.rpartition(".")
+    return last if parent in ("self_attn", "mlp") and last in _MODULES else name
 
 
 def set_modules_to_save(r: Reading, key: str, names: list[str]) -> None:
