@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from trainmem.sources.chat_template import (
+from trainmem.sources.template_render import (
     Budget,
     TemplateBudgetError,
     TemplateError,
