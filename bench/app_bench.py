@@ -194,7 +194,7 @@ def describe_machine() -> str:
         f"{cpu}, {os.cpu_count()} cores visible, {psutil.virtual_memory().total / 2**30:.0f} GiB "
         f"RAM, {platform.system()} {platform.release()}, Python {platform.python_version()}, "
         f"Textual {textual.__version__}, load average {load} (1/5/15 min, at the start: other "
-        "work on the machine slows both apps)"
+        "work on the machine slows every figure)"
     )
 
 

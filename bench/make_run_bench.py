@@ -93,7 +93,7 @@ def main() -> int:
         med = statistics.median(t)
         lines.append(
             f"{name:<44}{med:>7.2f}s{min(t):>7.2f}s{max(t):>7.2f}s  {med / floor:.2f}x"
-            f" (+{med - floor:.2f} s)"
+            f" ({med - floor:+.2f} s)"
         )
     report = "\n".join(lines) + "\n"
     print(report, end="")
