@@ -42,4 +42,4 @@ def test_a_plan_too_big_for_one_gpu_gets_the_fewest_gpus():
     answers = build_report(plan, solve=True).what_if
     assert answers is not None and answers.fewest_gpus
     assert answers.fewest_gpus["ddp"] is None  # DDP divides nothing
-    assert "fewest GPUs per node that fit" in whatif_text(answers).plain
+    assert "fewest that fit: ddp none" in whatif_text(answers).plain  # one GPU per node

@@ -72,6 +72,12 @@ def render_report(report: Report, out: Console | None = None) -> None:
             line.append_text(Text.assemble(*_verdict(peak, "the device peak")))
         out.print(line)
     host = report.host_fit
+    if host is None and (plan.world > 1 or est.host_offloaded_bytes):
+        out.print(
+            f"node RAM needed {fmt_bytes(est.host_bytes_per_node)} (offloaded "
+            f"{fmt_bytes(est.host_offloaded_bytes)}, loading {fmt_bytes(est.host_loading_bytes)}"
+            "); add ram:SIZE to --device (e.g. h100-80gb,ram:2TB) to judge it"
+        )
     if host is not None and (plan.world > 1 or est.host_offloaded_bytes):
         out.print(
             Text.assemble(
@@ -90,8 +96,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
             best = ", ".join(f"{m} {largest[m] or 'none'}" for m in largest)
             out.print(safe(f"largest catalogue model that fits there: {best}"))
         if w.fewest_gpus:
-            fewest = ", ".join(f"{name} {n or 'none'}" for name, n in w.fewest_gpus.items())
-            out.print(f"fewest GPUs per node that fit there: {fewest}")
+            nodes = f" (nodes of {w.gpus_per_node} GPUs)" if w.gpus_per_node > 1 else ""
+            out.print(f"fewest that fit there{nodes}: {w.fewest_text()}")
     if report.advice:
         out.print(Text("To make it fit, in the guide's order:", style="bold"))
         for i, a in enumerate(report.advice, 1):

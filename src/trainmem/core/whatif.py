@@ -123,12 +123,26 @@ def fewest_gpus(
     """For each strategy and stage, the fewest GPUs per node (on the plan's nodes) whose
     per-GPU peak fits the budget; None when even ``limit`` do not. Per-GPU memory never grows
     with more GPUs (tests/core/test_sharding.py), so a bisection finds it."""
+    return _fewest(plan, spec, budget, "gpus", limit)
+
+
+def fewest_nodes(
+    plan: Plan, spec: ModelSpec, budget: Budget, limit: int = 256
+) -> dict[str, int | None]:
+    """For each strategy and stage, the fewest nodes of the plan's GPUs per node that fit:
+    the answer in the units a cluster is booked in (nine GPUs of an 8-GPU node are two)."""
+    return _fewest(plan, spec, budget, "nodes", limit)
+
+
+def _fewest(
+    plan: Plan, spec: ModelSpec, budget: Budget, field: str, limit: int
+) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for name, changes in SHARDINGS.items():
         sharded = replace(plan, **changes)  # type: ignore[arg-type]
 
         def fits(n: int, p: Plan = sharded) -> bool:
-            return _fits(replace(p, gpus=n), spec, budget)
+            return _fits(replace(p, **{field: n}), spec, budget)  # type: ignore[arg-type]
 
         out[name] = _smallest(fits, 1, limit)
     return out

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 ACCEPTED = (
     "a preset (e.g. RTX-4090, H100-80GB, mac-36GB), a size (24GiB, 80GB), unified:36GB, "
-    "auto, or a comma-separated list of these"
+    "ram:2TB (a node's host RAM, beside its GPUs), auto, or a comma-separated list of these"
 )
 LIST_THEM = "trainmem-tui devices --presets lists them"
 MAX_ITEMS = 64  # devices in one spec: far more than any plan is judged against
@@ -36,7 +36,8 @@ def parse_device_spec(
     system: SystemReader | None = None,
     apple: bool | None = None,
 ) -> list[DeviceTarget]:
-    """``"RTX-4090"``, ``"24GiB"``, ``"unified:36GB"``, ``"auto"``, ``"A100-80GB,24GiB"``.
+    """``"RTX-4090"``, ``"24GiB"``, ``"unified:36GB"``, ``"auto"``, ``"A100-80GB,24GiB"``,
+    ``"H100-80GB,ram:2TB"`` (the node's RAM: its host-RAM need is judged against it).
 
     ``auto`` reads the machine now (NVML and psutil: call it off the UI thread). Raises
     ValueError with a one-line message naming what is accepted.
@@ -62,9 +63,9 @@ def _parse_one(
         return [preset]
     kind, _, size_text = item.rpartition(":")
     kind = kind.strip().lower()
-    if kind not in ("", "gpu", "unified"):
+    if kind not in ("", "gpu", "unified", "ram"):
         raise ValueError(
-            f"unknown device kind {shown(kind)} in {shown(item)}; use gpu: or unified:"
+            f"unknown device kind {shown(kind)} in {shown(item)}; use gpu:, unified: or ram:"
         )
     try:
         size = parse_size(size_text)
@@ -83,6 +84,8 @@ def _parse_one(
             raise  # a size that is wrong: its own message says how
         raise ValueError(f"unknown device {shown(item)}{meant or f'; use {ACCEPTED}'}") from None
     label = size_text.strip()
+    if kind == "ram":  # a node's host RAM, judged beside its GPUs (offload, loading)
+        return [DeviceTarget.system(f"node RAM {label}", size)]
     if kind == "unified":
         return [DeviceTarget.unified(f"unified {label}", size)]
     return [DeviceTarget.gpu(f"GPU {label}", size)]

@@ -41,6 +41,9 @@ class WhatIf:
     # Per strategy and stage, the fewest GPUs per node whose per-GPU peak fits (None: none up
     # to the search's limit); empty for a plan on one GPU that fits it.
     fewest_gpus: dict[str, int | None] = field(default_factory=dict)
+    # The same in nodes of the plan's GPUs per node (when a node has more than one GPU).
+    fewest_nodes: dict[str, int | None] = field(default_factory=dict)
+    gpus_per_node: int = 1
     # The searches' bounds: an answer equal to one means "at least this" (the model's context,
     # or the largest micro-batch searched), not a limit the memory sets.
     seq_len_limit: int = 0
@@ -61,6 +64,20 @@ class WhatIf:
             return "none"
         return f"{batch:,} or more" if batch == self.batch_limit else f"{batch:,}"
 
+    def fewest_text(self) -> str:
+        """Per strategy, the fewest that fit, in the units a cluster is booked in: GPUs when
+        one node of the plan's is enough, else nodes of that many GPUs."""
+
+        def one(name: str, gpus: int | None) -> str:
+            nodes = self.fewest_nodes.get(name)
+            if gpus is not None and gpus <= self.gpus_per_node:
+                return f"{name} {gpus} GPU{'s' if gpus > 1 else ''}"
+            if self.gpus_per_node > 1 and nodes is not None:
+                return f"{name} {nodes} node{'s' if nodes > 1 else ''}"
+            return f"{name} {f'{gpus} GPUs' if gpus else 'none'}"
+
+        return ", ".join(one(name, n) for name, n in self.fewest_gpus.items())
+
     def to_json(self) -> dict[str, Any]:
         return {
             "device": self.device,
@@ -70,6 +87,8 @@ class WhatIf:
             "max_batch_bound": self.batch_limit,
             "largest_catalogue_model": dict(self.largest_model),
             "fewest_gpus": dict(self.fewest_gpus),
+            "fewest_nodes": dict(self.fewest_nodes),
+            "gpus_per_node": self.gpus_per_node,
         }
 
 
@@ -250,13 +269,20 @@ def build_report(
     device's.
 
     Advice and what-if answers are for the first device, on the same figures. The node's
-    host RAM is judged against ``node_ram_bytes``, else a system-RAM target's size when one is
-    given beside GPUs.
+    host RAM is judged against ``node_ram_bytes``, else a system-RAM target given beside GPUs
+    (which is then the node's RAM, not a device the step is judged on).
     """
     plan = plan.validated()
     spec = spec or resolve_model(plan.model)
     if targets is None:
         targets = parse_device_spec(plan.device)
+    # Beside GPUs, system RAM is the node's (``ram:2TB``, or this machine's under ``auto``):
+    # the host RAM the run needs is judged on it, not the step, which runs on the GPUs.
+    ram_targets = [t for t in targets if t.kind == "system"]
+    if len(ram_targets) < len(targets) and any(t.kind == "gpu" for t in targets):
+        targets = [t for t in targets if t.kind != "system"]
+    else:
+        ram_targets = []
     budgets = tuple(
         Budget(t.usable_bytes, t.kind, figures_for(t, calibrations or {})) for t in targets
     )
@@ -275,24 +301,25 @@ def build_report(
         else fits
     )
     ram = node_ram_bytes
-    if ram is None and any(t.kind == "gpu" for t in targets):  # RAM beside GPUs, not as one
-        ram = next((t.usable_bytes for t in targets if t.kind == "system"), None)
+    if ram is None and ram_targets:
+        ram = ram_targets[0].usable_bytes
     host = None if ram is None else judge_fit(est.host_bytes_per_node, "node RAM", ram)
     if not solve or not targets:
         return Report(est, tuple(targets), fits, host_fit=host, peak_fit=peaks, budgets=budgets)
     from trainmem.core import whatif  # the searches: only when solving, not per keystroke
 
     models = catalog.specs()
+    sharding_wanted = plan.world > 1 or not (fits[0].fits and peaks[0].fits)
     answers = WhatIf(
         device=targets[0].name,
         max_seq_len=whatif.max_seq_len(plan, spec, first),
         max_batch=whatif.max_batch(plan, spec, first),
         largest_model=whatif.largest_model(plan, first, models),
-        fewest_gpus=(
-            whatif.fewest_gpus(plan, spec, first)
-            if plan.world > 1 or not (fits[0].fits and peaks[0].fits)
-            else {}
+        fewest_gpus=whatif.fewest_gpus(plan, spec, first) if sharding_wanted else {},
+        fewest_nodes=(
+            whatif.fewest_nodes(plan, spec, first) if sharding_wanted and plan.gpus > 1 else {}
         ),
+        gpus_per_node=plan.gpus,
         seq_len_limit=whatif.seq_len_limit(spec),
         batch_limit=whatif.BATCH_LIMIT,
     )

@@ -193,10 +193,9 @@ def whatif_text(answers: WhatIf) -> Text:
     out.append(" · largest batch ")
     out.append(answers.batch_text(), style="bold")
     if answers.fewest_gpus:
-        out.append("\nfewest GPUs per node that fit: ", style="dim")
-        out.append(
-            " · ".join(f"{name} {n if n else '—'}" for name, n in answers.fewest_gpus.items())
-        )
+        nodes = f" (nodes of {answers.gpus_per_node} GPUs)" if answers.gpus_per_node > 1 else ""
+        out.append(f"\nfewest that fit{nodes}: ", style="dim")
+        out.append(answers.fewest_text().replace(", ", " · "))
     largest = answers.largest_model
     if largest:
         out.append("\nlargest catalogue model: ", style="dim")
