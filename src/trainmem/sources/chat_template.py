@@ -22,7 +22,7 @@ from trainmem.sources.template_render import (
     Budget,
     TemplateBudgetError,
     TemplateError,
-    check_jinja_version,
+    require_jinja,
 )
 
 __all__ = ["Budget", "ChatML", "ChatTemplate", "TemplateBudgetError", "TemplateError"]
@@ -59,13 +59,7 @@ class ChatTemplate:
         special_tokens: dict[str, str] | None = None,
         budget: Budget | None = None,
     ) -> None:
-        try:
-            import jinja2
-        except ImportError:
-            raise TemplateError(
-                "a chat template needs jinja2: pip install 'trainmem-tui[tokens]'"
-            ) from None
-        check_jinja_version(jinja2.__version__)
+        require_jinja()  # refused here, in one line, before a worker is started
         from trainmem.sources.template_worker import Worker
 
         self._worker = Worker(source, dict(special_tokens or {}), budget or Budget())

@@ -32,15 +32,10 @@ def compile_template(source: str) -> Any:
     """The template compiled as transformers compiles it (see the module doc); TemplateError
     when it does not compile. Run by the worker (trainmem.sources.template_worker), the only
     place a template from outside is compiled and rendered."""
-    try:
-        import jinja2
-        import jinja2.ext
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError:
-        raise TemplateError(
-            "a chat template needs jinja2: pip install 'trainmem-tui[tokens]'"
-        ) from None
-    check_jinja_version(jinja2.__version__)
+    require_jinja()
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class Generation(jinja2.ext.Extension):
         """``{% generation %}...{% endgeneration %}``: the body, untracked."""
@@ -84,6 +79,19 @@ def compile_template(source: str) -> Any:
         return env.from_string(source)
     except (jinja2.exceptions.TemplateError, RecursionError, MemoryError) as exc:
         raise TemplateError(f"the chat template does not compile: {_short(exc)}") from None
+
+
+def require_jinja() -> Any:
+    """jinja2, when installed and of a version without known sandbox escapes; TemplateError
+    (one line saying what to install) otherwise."""
+    try:
+        import jinja2
+    except ImportError:
+        raise TemplateError(
+            "a chat template needs jinja2: pip install 'trainmem-tui[tokens]'"
+        ) from None
+    check_jinja_version(jinja2.__version__)
+    return jinja2
 
 
 def check_jinja_version(version: str) -> None:

@@ -14,6 +14,7 @@ from trainmem.sources.configs.common import (
     ReadFile,
     Reading,
     checked_reentrant,
+    legacy_fsdp_words,
 )
 from trainmem.sources.configs.lora import set_modules_to_save, set_targets
 
@@ -162,18 +163,6 @@ def _uses_fsdp(doc: Doc) -> bool:
     return isinstance(config, dict) and bool(config)
 
 
-# The legacy fsdp: list, which axolotl still passes to TrainingArguments(fsdp=...)
-# (core/builders/base.py:684-686) and transformers turns into fsdp_config defaults
-# (training_args.py _apply_legacy_fsdp_to_config): FSDP2 takes full_shard / shard_grad_op only.
-_FSDP_WORDS = {
-    "full_shard": "full-shard",
-    "shard_grad_op": "shard-grad-op",
-    "hybrid_shard": "hybrid-shard",
-    "hybrid_shard_zero2": "hybrid-shard",
-    "no_shard": "no-shard",
-}
-
-
 def _fsdp(r: Reading) -> None:
     """``fsdp_config`` (src/axolotl/utils/schemas/fsdp.py, 067b021), its keys with or without
     the ``fsdp_`` prefix, handed to accelerate's FSDP plugin as environment variables
@@ -203,18 +192,7 @@ def _fsdp(r: Reading) -> None:
     reshard = doc.flag(reshard_key)
     if reshard is not None:
         r.set("fsdp", "full-shard" if reshard else "shard-grad-op", reshard_key)
-    for word in (w.lower() for w in words):
-        if word in _FSDP_WORDS:
-            if version == 2 and word not in ("full_shard", "shard_grad_op"):
-                raise doc.error("fsdp", f"{word} is FSDP1's: transformers refuses it with FSDP2")
-            if reshard is None:
-                r.set("fsdp", _FSDP_WORDS[word], "fsdp")
-            if word == "hybrid_shard_zero2":
-                r.unmodelled_key("fsdp", "hybrid_shard_zero2 is planned as hybrid-shard")
-        elif word == "offload":
-            r.set("offload", "params", "fsdp")
-        elif word != "auto_wrap":
-            raise doc.error("fsdp", f"{shown(word)} is not an FSDP option")
+    legacy_fsdp_words(doc, r, words, version=version, strategy_set=reshard is not None)
     if "fsdp" not in r.values:
         r.default("fsdp", "full-shard", "transformers/training_args.py:2860-2870")
     offload_key = fsdp_key(doc, "offload_params")

@@ -342,3 +342,36 @@ __all__ = [
     "resolve_named",
     "show",
 ]
+
+
+# The legacy ``fsdp`` words (transformers trainer_utils.py FSDPOption) as sharding choices;
+# transformers turns them into fsdp_config defaults (training_args.py
+# _apply_legacy_fsdp_to_config), and axolotl passes its ``fsdp:`` list on unchanged
+# (core/builders/base.py:684-686).
+FSDP_WORDS = {
+    "full_shard": "full-shard",
+    "shard_grad_op": "shard-grad-op",
+    "hybrid_shard": "hybrid-shard",
+    "hybrid_shard_zero2": "hybrid-shard",
+    "no_shard": "no-shard",
+}
+
+
+def legacy_fsdp_words(
+    doc: Doc, r: Reading, words: Iterable[object], *, version: int, strategy_set: bool
+) -> None:
+    """The old ``fsdp`` list ("full_shard auto_wrap offload"): a sharding word sets the
+    strategy unless ``fsdp_config`` set it (``strategy_set``), ``offload`` parameter offload;
+    FSDP2 takes full_shard and shard_grad_op only, as transformers refuses the others."""
+    for word in (str(w).lower() for w in words):
+        if word in FSDP_WORDS:
+            if version == 2 and word not in ("full_shard", "shard_grad_op"):
+                raise doc.error("fsdp", f"{word} is FSDP1's: transformers refuses it with FSDP2")
+            if not strategy_set:
+                r.set("fsdp", FSDP_WORDS[word], "fsdp")
+            if word == "hybrid_shard_zero2":
+                r.unmodelled_key("fsdp", "hybrid_shard_zero2 is planned as hybrid-shard")
+        elif word == "offload":
+            r.set("offload", "params", "fsdp")
+        elif word not in ("auto_wrap", "true"):  # "true": the Trainer's fsdp=True
+            raise doc.error("fsdp", f"{shown(word)} is not an FSDP option")

@@ -15,11 +15,13 @@ from trainmem.core.units import shown
 from trainmem.sources.configs import optimizers
 from trainmem.sources.configs.common import (
     FIELD,
+    FSDP_WORDS,
     ConfigPlan,
     Doc,
     ReadFile,
     Reading,
     checked_reentrant,
+    legacy_fsdp_words,
 )
 from trainmem.sources.configs.loader import read_doc
 from trainmem.sources.configs.lora import set_modules_to_save, set_targets
@@ -368,16 +370,6 @@ def _attention(r: Reading) -> None:
         return
 
 
-# The legacy `fsdp` words (transformers/trainer_utils.py FSDPOption) as sharding choices.
-_FSDP_WORDS = {
-    "full_shard": "full-shard",
-    "shard_grad_op": "shard-grad-op",
-    "hybrid_shard": "hybrid-shard",
-    "hybrid_shard_zero2": "hybrid-shard",
-    "no_shard": "no-shard",
-}
-
-
 def _fsdp_key(doc: Doc, prefix: str, name: str) -> str:
     """The key of fsdp_config field ``name`` as written: transformers drops an ``fsdp_``
     prefix (training_args.py:2784-2786, k[5:]), so fsdp_version is version."""
@@ -424,24 +416,12 @@ def _fsdp(r: Reading) -> None:
     if isinstance(reshard, bool) or str(reshard).lower() in ("true", "false"):
         full = reshard is True or str(reshard).lower() == "true"
         c.set("fsdp", "full-shard" if full else "shard-grad-op", reshard_key)
-    elif isinstance(reshard, str) and reshard.lower() in _FSDP_WORDS:
-        c.set("fsdp", _FSDP_WORDS[reshard.lower()], reshard_key)
+    elif isinstance(reshard, str) and reshard.lower() in FSDP_WORDS:
+        c.set("fsdp", FSDP_WORDS[reshard.lower()], reshard_key)
     elif reshard is not None:
         raise cdoc.error(reshard_key, f"{shown(reshard)} is not a sharding strategy")
     words = fsdp.split() if isinstance(fsdp, str) else list(fsdp) if isinstance(fsdp, list) else []
-    for word in words:
-        word = str(word).lower()
-        if word in _FSDP_WORDS:
-            if version == 2 and word not in ("full_shard", "shard_grad_op"):
-                raise doc.error("fsdp", f"{word} is FSDP1's: transformers refuses it with FSDP2")
-            if reshard is None:
-                r.set("fsdp", _FSDP_WORDS[word], "fsdp")
-            if word == "hybrid_shard_zero2":
-                r.unmodelled_key("fsdp", "hybrid_shard_zero2 is planned as hybrid-shard")
-        elif word == "offload":
-            r.set("offload", "params", "fsdp")
-        elif word not in ("auto_wrap", "true"):
-            raise doc.error("fsdp", f"{shown(word)} is not an FSDP option")
+    legacy_fsdp_words(doc, r, words, version=version, strategy_set=reshard is not None)
     if "fsdp" not in r.values and "fsdp" not in c.values:
         c.default("fsdp", "full-shard", "transformers/training_args.py:2860-2870")
     offload_key = _fsdp_key(cdoc, prefix, "cpu_offload")
