@@ -84,7 +84,8 @@ def main() -> int:
         f"terminal: pty {COLS}x{ROWS}, TERM=xterm-256color; {args.runs} start-ups each "
         "(after one warm-up), interleaved",
         "reproduce: git clone <this repo> /tmp/c && cd /tmp/c && make run ARGS=--version && "
-        ".venv/bin/python bench/make_run_bench.py --out bench/results/make_run_bench.txt",
+        f".venv/bin/python bench/make_run_bench.py --runs {args.runs} "
+        "--out bench/results/make_run_bench.txt",
         "",
         f"{'way':<44}{'median':>8}{'min':>8}{'max':>8}  vs the entry point alone",
     ]
