@@ -44,6 +44,7 @@ class WhatIf:
     # The same in nodes of the plan's GPUs per node (when a node has more than one GPU).
     fewest_nodes: dict[str, int | None] = field(default_factory=dict)
     gpus_per_node: int = 1
+    nodes: int = 1  # the plan's
     # The searches' bounds: an answer equal to one means "at least this" (the model's context,
     # or the largest micro-batch searched), not a limit the memory sets.
     seq_len_limit: int = 0
@@ -65,15 +66,18 @@ class WhatIf:
         return f"{batch:,} or more" if batch == self.batch_limit else f"{batch:,}"
 
     def fewest_text(self) -> str:
-        """Per strategy, the fewest that fit, in the units a cluster is booked in: GPUs when
-        one node of the plan's is enough, else nodes of that many GPUs."""
+        """Per strategy, the fewest that fit, in the units a cluster is booked in: for a
+        plan on one node, GPUs when that node is enough, else nodes of its GPUs; for a plan
+        on several nodes, nodes."""
 
         def one(name: str, gpus: int | None) -> str:
             nodes = self.fewest_nodes.get(name)
-            if gpus is not None and gpus <= self.gpus_per_node:
+            if self.nodes == 1 and gpus is not None and gpus <= self.gpus_per_node:
                 return f"{name} {gpus} GPU{'s' if gpus > 1 else ''}"
-            if self.gpus_per_node > 1 and nodes is not None:
-                return f"{name} {nodes} node{'s' if nodes > 1 else ''}"
+            if self.gpus_per_node > 1:
+                return (
+                    f"{name} {nodes} node{'s' if nodes != 1 else ''}" if nodes else f"{name} none"
+                )
             return f"{name} {f'{gpus} GPUs' if gpus else 'none'}"
 
         return ", ".join(one(name, n) for name, n in self.fewest_gpus.items())
@@ -320,6 +324,7 @@ def build_report(
             whatif.fewest_nodes(plan, spec, first) if sharding_wanted and plan.gpus > 1 else {}
         ),
         gpus_per_node=plan.gpus,
+        nodes=plan.nodes,
         seq_len_limit=whatif.seq_len_limit(spec),
         batch_limit=whatif.BATCH_LIMIT,
     )
