@@ -53,3 +53,26 @@ def test_a_stale_device_says_how_old_its_figures_are() -> None:
     stale = DevicePane(dataclasses.replace(gpu, stale_s=12.4))._lines(80)[0].plain
     assert "stale" not in fresh and "stale 12s" in stale
     assert stale.split()[:2] == fresh.split()[:2]  # the title is kept whole
+
+
+def test_every_change_of_the_open_plans_is_announced_once_from_the_workspace():
+    from trainmem.app.workspace import Workspace
+    from trainmem.core.plan import Plan
+
+    calls: list[str] = []
+    ws = Workspace(None, lambda: calls.append("changed"))
+    for change in (
+        lambda: ws.add(Plan(model="1B")),
+        lambda: ws.duplicate(0),
+        lambda: ws.rename(1, "mine"),
+        lambda: ws.select(0),
+        lambda: ws.update_current(Plan()),
+        lambda: ws.delete(2),
+    ):
+        before = len(calls)
+        change()
+        assert len(calls) == before + 1
+    ws.edit_current(Plan(model="3B"))  # the form's own typing: shown by the form itself
+    assert len(calls) == 6
+    assert not Workspace(None, lambda: calls.append("x")).delete(0)  # nothing changed
+    assert len(calls) == 6

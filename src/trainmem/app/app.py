@@ -178,7 +178,11 @@ class TrainmemApp(App[None]):
             self.set_keymap(self.keymap)
         self.cursor_blink = o.cursor_blink  # off by default: see DashboardOptions
         self.state = DashboardState(
-            o.plan_set, o.plans_path, {p.resolve() for p in o.broken_paths}, o.calibrations
+            o.plan_set,
+            o.plans_path,
+            {p.resolve() for p in o.broken_paths},
+            o.calibrations,
+            self.plans_changed,  # every change of the open plans is announced from there
         )
         self.state.sampler = _NoSampler()
         # The session file as found now: saving at exit merges what another dashboard on the
@@ -368,7 +372,6 @@ class TrainmemApp(App[None]):
             self.session.read_too(opened.plan_set.plans)
         else:
             self.state.plans_path = path
-        self.plans_changed()
         self.notify(f"Opened {len(opened.plan_set.plans):,} plans from {path}", timeout=4)
 
     def on_plans_saved(self, message: PlansSaved) -> None:
@@ -512,7 +515,6 @@ class TrainmemApp(App[None]):
         if message.opened:
             self.watches.append(watch)
             self._start_watching()
-        self.plans_changed()
         self.notify(f"{watch.names()} {what}", timeout=4)
         if message.unmodelled:
             shown = "; ".join(message.unmodelled)

@@ -7,7 +7,7 @@ reactive counters tell the screens when a part changed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +30,9 @@ class DashboardState:
         plans_path: Path | None,
         broken_paths: set[Path],
         calibrations: Mapping[str, Calibration] | None = None,
+        on_plans_changed: Callable[[], None] | None = None,
     ) -> None:
-        self.workspace = Workspace(plan_set)
+        self.workspace = Workspace(plan_set, on_plans_changed)
         # This machine's calibrations, read before start-up: every report is built with them.
         self.calibrations: Mapping[str, Calibration] = calibrations or {}
         self.specs = SpecCache()

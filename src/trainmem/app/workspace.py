@@ -1,12 +1,15 @@
 """The plans open in the dashboard: an ordered list of named plans and the selected one.
 
-Plain Python, no Textual: the app owns one and bumps a reactive counter when it changes.
-Plans without a name of the user's own are named by what distinguishes them from the others
-(trainmem.planner.naming), and those names follow every change.
+Plain Python, no Textual. Every change goes through here and is announced once, through
+``on_change`` (the App's counter that the screens watch), so no screen pairs a change with
+a notification by hand. Plans without a name of the user's own are named by what
+distinguishes them from the others (trainmem.planner.naming), and those names follow every
+change.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from trainmem.core.plan import Plan
@@ -15,7 +18,10 @@ from trainmem.sources.plan_files import NamedPlan, PlanSet
 
 
 class Workspace:
-    def __init__(self, plan_set: PlanSet | None = None) -> None:
+    def __init__(
+        self, plan_set: PlanSet | None = None, on_change: Callable[[], None] | None = None
+    ) -> None:
+        self._on_change = on_change or (lambda: None)
         plan_set = plan_set or PlanSet((NamedPlan("", Plan(), auto=True),))
         self.plans: list[NamedPlan] = list(plan_set.plans) or [NamedPlan("", Plan(), auto=True)]
         self.selected = min(max(plan_set.selected, 0), len(self.plans) - 1)
@@ -45,21 +51,34 @@ class Workspace:
     def replace_all(self, plan_set: PlanSet) -> None:
         self.plans = list(plan_set.plans)
         self.selected = min(plan_set.selected, len(self.plans) - 1)
-        self._rename_auto()
+        self._changed()
 
-    def update_current(self, plan: Plan) -> None:
+    def edit_current(self, plan: Plan) -> None:
+        """The plan form's own edit, as it is typed: not announced (the form shows it, and a
+        notification per keystroke would re-read the form it came from)."""
         if plan == self.current.plan:
             return  # re-estimated, not changed (a device sample, a resize)
         self.plans[self.selected] = replace(self.current, plan=plan)
         self._rename_auto()
 
+    def update_current(self, plan: Plan) -> None:
+        """The selected plan replaced from outside the form (a reset): announced, even when
+        equal, so the form shows it again over whatever was typed."""
+        self.edit_current(plan)
+        self._on_change()
+
     def replace_at(self, index: int, plan: Plan) -> None:
         """Put ``plan`` in place of the one at ``index`` (a watched config re-read)."""
         self.plans[index] = replace(self.plans[index], plan=plan)
-        self._rename_auto()
+        self._changed()
 
     def select(self, index: int) -> None:
         self.selected = min(max(index, 0), len(self.plans) - 1)
+        self._on_change()
+
+    def _changed(self) -> None:
+        self._rename_auto()
+        self._on_change()
 
     def _unique(self, name: str) -> str:
         names = {p.name for p in self.plans}
@@ -74,7 +93,7 @@ class Workspace:
         """Add a plan (the defaults when none is given), select it and return its index."""
         self.plans.append(NamedPlan("", plan or Plan(), auto=True))
         self.selected = len(self.plans) - 1
-        self._rename_auto()
+        self._changed()
         return self.selected
 
     def append(self, named: NamedPlan) -> None:
@@ -83,7 +102,7 @@ class Workspace:
         if not named.auto:
             named = replace(named, name=self._unique(named.name))
         self.plans.append(named)
-        self._rename_auto()
+        self._changed()
 
     def duplicate(self, index: int) -> int:
         """A copy after ``index``; a user-named plan's copy is "name (2)", an auto-named
@@ -92,7 +111,7 @@ class Workspace:
         name = source.name if source.auto else self._unique(source.name)
         self.plans.insert(index + 1, NamedPlan(name, source.plan, auto=source.auto))
         self.selected = index + 1
-        self._rename_auto()
+        self._changed()
         return self.selected
 
     def rename(self, index: int, name: str) -> None:
@@ -105,7 +124,7 @@ class Workspace:
             others = self.plans[:index] + self.plans[index + 1 :]
             unique = name if name not in {p.name for p in others} else self._unique(name)
             self.plans[index] = replace(named, name=unique, auto=False)
-        self._rename_auto()
+        self._changed()
 
     def delete(self, index: int) -> bool:
         """Remove a plan; the last one cannot be removed (the form always edits one)."""
@@ -114,5 +133,5 @@ class Workspace:
         del self.plans[index]
         if self.selected >= index and self.selected > 0:
             self.selected -= 1
-        self._rename_auto()
+        self._changed()
         return True

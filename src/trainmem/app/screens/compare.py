@@ -270,7 +270,6 @@ class CompareScreen(Screen[None]):
 
     def action_edit(self) -> None:
         self.app.state.workspace.select(self._index())
-        self.app.plans_changed()
         self.app.switch_mode("plan")
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -279,12 +278,10 @@ class CompareScreen(Screen[None]):
 
     def action_add(self) -> None:
         self.app.state.workspace.add()
-        self.app.plans_changed()
         self._focus_row(self.app.state.workspace.selected)
 
     def action_duplicate(self) -> None:
         self.app.state.workspace.duplicate(self._index())
-        self.app.plans_changed()
         self._focus_row(self.app.state.workspace.selected)
 
     def _focus_row(self, index: int) -> None:
@@ -314,7 +311,6 @@ class CompareScreen(Screen[None]):
         def done(name: str | None) -> None:
             if name:
                 self.app.state.workspace.rename(index, name)
-                self.app.plans_changed()
 
         self.app.push_screen(PromptScreen("Rename plan", current), done)
 
@@ -322,7 +318,6 @@ class CompareScreen(Screen[None]):
         index = self._index()
         name = self.app.state.workspace.plans[index].name
         if self.app.state.workspace.delete(index):
-            self.app.plans_changed()
             self.notify(f"Deleted {name}", timeout=3)
         else:
             self.notify("The last plan cannot be deleted", severity="warning", timeout=3)

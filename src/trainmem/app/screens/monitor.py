@@ -144,7 +144,6 @@ class MonitorScreen(Screen[None]):
             self.notify("No run log read yet (l tails one)", severity="warning", timeout=4)
             return
         self.app.state.workspace.add(seen.report.estimate.plan)
-        self.app.plans_changed()
         self.notify(f"Opened the plan of {seen.path.name} (F2 to edit it)", timeout=4)
 
     def _update(self, _value: object = None) -> None:

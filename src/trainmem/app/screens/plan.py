@@ -189,13 +189,11 @@ class PlanScreen(Screen[None]):
     def action_copy_plan(self) -> None:
         ws = self.app.state.workspace
         ws.duplicate(ws.selected)
-        self.app.plans_changed()
         self.notify(f"Editing a copy: {ws.current.name}", timeout=3)
 
     def action_cycle_plan(self, step: int) -> None:
         ws = self.app.state.workspace
         ws.select((ws.selected + step) % len(ws.plans))
-        self.app.plans_changed()
 
     def action_pick_model(self) -> None:
         self.app.want_model_list()
@@ -222,7 +220,6 @@ class PlanScreen(Screen[None]):
 
     def action_reset_plan(self) -> None:
         self.app.state.workspace.update_current(Plan())
-        self.app.plans_changed()
 
     # -- recalculation -----------------------------------------------------------------------
 
@@ -268,7 +265,7 @@ class PlanScreen(Screen[None]):
             return
         form.show_errors({})
         form.mark_applicable(plan)
-        self.app.state.workspace.update_current(plan)
+        self.app.state.workspace.edit_current(plan)
         self._show_name()
         self._report = report
         self.app.publish_report(report)
