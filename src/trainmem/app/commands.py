@@ -16,17 +16,17 @@ from trainmem.core.units import fmt_count
 from trainmem.sources import catalog
 
 if TYPE_CHECKING:
-    from trainmem.app.app import TrainmemApp
+    from trainmem.app.dashboard import Dashboard
 
 
 class ModelCommands(Provider):
     async def startup(self) -> None:
-        app: TrainmemApp = self.app  # type: ignore[assignment]
+        app: Dashboard = self.app  # type: ignore[assignment]
         app.want_model_list()
 
     def _models(self) -> list[tuple[str, str]]:
         """(model id, help text) for every model the form can be given by name."""
-        app: TrainmemApp = self.app  # type: ignore[assignment]
+        app: Dashboard = self.app  # type: ignore[assignment]
         known = {
             e.hf_id: f"catalogue · {fmt_count(e.transformers_params)} params"
             for e in catalog.catalog()

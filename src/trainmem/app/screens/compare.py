@@ -28,7 +28,7 @@ from trainmem.planner.naming import fit_name
 from trainmem.sources.plan_files import atomic_write
 
 if TYPE_CHECKING:
-    from trainmem.app.app import TrainmemApp
+    from trainmem.app.dashboard import Dashboard
 
 FIXED_COLUMNS = 50  # every column but the bar and the name: widths, padding, border, scrollbar
 NAME_WIDTH = 16  # the name column at its narrowest
@@ -94,7 +94,7 @@ class CompareScreen(Screen[None]):
         ),
     ]
 
-    app: TrainmemApp
+    app: Dashboard  # type: ignore[assignment]  (the App, typed by what screens use)
 
     def __init__(self) -> None:
         super().__init__()

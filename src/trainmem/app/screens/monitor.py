@@ -27,7 +27,7 @@ from trainmem.planner.report import Report
 from trainmem.planner.run_report import difference, size
 
 if TYPE_CHECKING:
-    from trainmem.app.app import TrainmemApp
+    from trainmem.app.dashboard import Dashboard
     from trainmem.app.runs import RunSeen
     from trainmem.planner.run_report import RankReport
 
@@ -87,7 +87,7 @@ class MonitorScreen(Screen[None]):
         Binding("p", "plan_from_run", "Run's plan", tooltip="Open the plan a run log describes"),
     ]
 
-    app: TrainmemApp
+    app: Dashboard  # type: ignore[assignment]  (the App, typed by what screens use)
 
     def compose(self) -> ComposeResult:
         yield Static(id="monitor-plan")

@@ -28,7 +28,7 @@ from trainmem.planner.naming import fit_name
 from trainmem.planner.report import Report
 
 if TYPE_CHECKING:
-    from trainmem.app.app import TrainmemApp
+    from trainmem.app.dashboard import Dashboard
     from trainmem.core.calibration import Calibration
     from trainmem.devices.snapshot import Snapshot
 
@@ -99,7 +99,7 @@ class PlanScreen(Screen[None]):
 
     COMMANDS: ClassVar[set[type[Provider] | Callable[[], type[Provider]]]] = {_model_commands}
 
-    app: TrainmemApp
+    app: Dashboard  # type: ignore[assignment]  (the App, typed by what screens use)
 
     def __init__(self) -> None:
         super().__init__()
