@@ -43,7 +43,7 @@ def test_text_report_has_a_column_per_rank(tmp_path: Path, capsys: pytest.Captur
     rank_row = next(line for line in out.splitlines() if line.startswith("rank"))
     assert rank_row.split() == ["rank", "0", "of", "2", "1", "of", "2"]
     assert "allocated observed" in out and "100.0 MiB" in out
-    assert "plan: model=tiny-llama, method=full" in out
+    assert "plan: tiny-llama: full, bf16, seq 128 x batch 2" in out
 
 
 def test_json_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

@@ -10,6 +10,7 @@ from trainmem.cli.output import console, safe
 from trainmem.core.fit import FitResult
 from trainmem.core.units import fmt_bytes, fmt_count
 from trainmem.planner.report import Report, WhatIf
+from trainmem.planner.summary import plan_details
 
 BAR_WIDTH = 30
 VERDICT_STYLE = {"fits": "bold green", "tight": "bold yellow", "too big": "bold red"}
@@ -24,12 +25,7 @@ def render_report(report: Report, out: Console | None = None) -> None:
     out = out or console()
     est, spec = report.estimate, report.estimate.model
     plan = est.plan
-    title = (
-        f"{spec.name}: {fmt_count(spec.params)} params, {plan.method}, {plan.precision}, "
-        f"seq {plan.seq_len:,} x batch {plan.batch}, "
-        f"checkpointing {'on' if plan.grad_ckpt else 'off'}, {plan.optimizer}, "
-        f"{plan.stack} stack, {plan.loss_kind} loss"
-    )
+    title = f"{spec.name}: {fmt_count(spec.params)} params, {', '.join(plan_details(plan))}"
     table = Table(title=safe(title), title_justify="left", show_edge=False)
     table.add_column("component")
     table.add_column("size", justify="right")

@@ -21,6 +21,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from trainmem.core.text import visible
+from trainmem.planner.summary import plan_summary
 
 if TYPE_CHECKING:
     from trainmem.planner.run_report import PeakCompared, RunReport
@@ -115,7 +116,7 @@ def render(report: RunReport) -> str:
         ).rstrip()
         for label, values in rows
     ]
-    lines.append(f"plan: {_plan_line(ranks[0].estimate.plan.to_dict())}")
+    lines.append(f"plan: {visible(plan_summary(ranks[0].estimate.plan))}")
     for r in ranks:
         tag = f"rank {r.log.rank}: " if len(ranks) > 1 else ""
         lines += [f"warning: {tag}{w}" for w in r.warnings]
@@ -123,8 +124,3 @@ def render(report: RunReport) -> str:
     lines += [f"note: {n}" for n in dict.fromkeys(n for r in ranks for n in r.notes)]
     lines.append("differences: observed - predicted, as a share of observed (+: the run held more)")
     return "\n".join(visible(line) for line in lines) + "\n"
-
-
-def _plan_line(plan: dict[str, Any]) -> str:
-    keys = ("model", "method", "seq_len", "batch", "precision", "optimizer", "grad_ckpt", "stack")
-    return ", ".join(f"{k}={plan[k]}" for k in keys if k in plan)

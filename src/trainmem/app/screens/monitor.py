@@ -25,6 +25,7 @@ from trainmem.core.units import fmt_bytes
 from trainmem.devices.snapshot import DeviceReading, Snapshot
 from trainmem.planner.report import Report
 from trainmem.planner.run_report import difference, size
+from trainmem.planner.summary import plan_line
 
 if TYPE_CHECKING:
     from trainmem.app.dashboard import Dashboard
@@ -167,7 +168,7 @@ class MonitorScreen(Screen[None]):
         if report is not None:
             p = report.estimate.plan
             line.append(visible(self.app.state.workspace.current.name), style="bold")
-            line.append(f"  {visible(p.model)} · {p.method} · {p.seq_len:,} × {p.batch}")
+            line.append(f"  {visible(plan_line(p))}")
             line.append("  predicted ")
             line.append(f"device peak {fmt_bytes(report.estimate.device_bytes)}", style="bold")
             line.append(f" (allocated {fmt_bytes(report.estimate.allocated_bytes)})")
@@ -299,7 +300,7 @@ def _rank_block(text: Text, r: RankReport) -> None:
     text.append(f"{visible(r.log.path.name)}: ", style="bold")
     text.append(
         f"rank {r.log.rank}, {len(r.steps):,} steps{' (ended)' if r.log.ended else ''}; "
-        f"run's plan {visible(p.model)} · {p.method} · {p.seq_len:,} × {p.batch}\n"
+        f"run's plan {visible(plan_line(p))}\n"
     )
     for peak in r.compared():
         text.append(f"  {peak.label} peak predicted {size(peak.predicted)}, observed ")
