@@ -675,14 +675,13 @@ def _print_table(snap: Snapshot, prometheus: str | None = None) -> None:
     """The table. Every name, note and command goes in as a rich ``Text`` with its control
     characters shown as escapes: a label such as ``[/]n1`` is never read as markup."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    def safe(text: str) -> Text:
-        return Text(visible(text))
+    from trainmem.cli.output import console as make_console
+    from trainmem.cli.output import safe
 
-    console = Console()
+    console = make_console()  # not wrapped into a pipe
     table = Table(title="Devices (GB = 10^9 bytes)", title_justify="left", box=box.SIMPLE)
     table.add_column("ID", no_wrap=True)
     table.add_column("Name", no_wrap=True, overflow="ellipsis", max_width=28)
