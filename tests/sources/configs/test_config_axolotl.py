@@ -199,3 +199,19 @@ def test_one_line_errors(tmp_path, yaml, message):
     with pytest.raises(PlanError) as err:
         read(tmp_path, "a.yml", f"base_model: x/y\n{yaml}\n")
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_liger_keys_do_nothing_without_the_plugin(tmp_path):
+    """axolotl merges Liger's keys into its schema, and applies them, only when the plugin is
+    listed (utils/config/__init__.py:447-451, integrations/liger/plugin.py)."""
+    text = """
+        base_model: x/y
+        liger_fused_linear_cross_entropy: true
+        """
+    plan = read(tmp_path, "l.yml", text)
+    assert "loss" not in plan.values
+    assert any("has no effect without the Liger plugin" in n for n in plan.notes)
+    with_plugin = read(
+        tmp_path, "p.yml", text + "plugins: [axolotl.integrations.liger.LigerPlugin]"
+    )
+    assert with_plugin.values["loss"] == "fused"

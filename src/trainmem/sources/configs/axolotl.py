@@ -434,6 +434,14 @@ def _loss(r: Reading) -> None:
         r.set("loss", "fused", "plugins")  # integrations/cut_cross_entropy/args.py:33: on
     elif any("liger" in p for p in plugins) and doc.flag("liger_fused_linear_cross_entropy"):
         r.set("loss", "fused", "liger_fused_linear_cross_entropy")
+    elif doc.flag("liger_fused_linear_cross_entropy"):
+        # Liger's keys are the plugin's: merged into the schema only when plugins are listed
+        # (utils/config/__init__.py:447-451), applied by its pre_model_load (liger/plugin.py).
+        r.notes.append(
+            f"{doc.origin('liger_fused_linear_cross_entropy')} has no effect without the Liger "
+            "plugin (plugins: - axolotl.integrations.liger.LigerPlugin): planned with the "
+            "standard loss"
+        )
 
 
 def _deepspeed(r: Reading, read_file: ReadFile) -> None:
