@@ -28,11 +28,13 @@ def write(text: str | bytes) -> Path:
 def test_every_binding_has_an_id():
     from trainmem.app.app import TrainmemApp
     from trainmem.app.screens.compare import CompareScreen
+    from trainmem.app.screens.monitor import MonitorScreen
     from trainmem.app.screens.plan import PlanScreen
 
-    for node in (TrainmemApp, PlanScreen, CompareScreen, HelpScreen, PromptScreen):
+    nodes = (TrainmemApp, PlanScreen, CompareScreen, MonitorScreen, HelpScreen, PromptScreen)
+    for node in nodes:
         assert all(b.id for b in node.BINDINGS), node  # type: ignore[union-attr]
-    assert {"app.save", "app.quit", "plan.copy", "compare.add"} <= binding_ids()
+    assert {"app.save", "app.quit", "plan.copy", "compare.add", "monitor.run_log"} <= binding_ids()
 
 
 def test_no_file_is_no_keymap():

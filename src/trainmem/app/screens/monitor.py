@@ -83,9 +83,27 @@ def closest_to_full(devices: Sequence[DeviceReading]) -> DeviceReading | None:
 
 class MonitorScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("r", "reset_peaks", "Reset peaks", tooltip="Forget observed peaks (a new run)"),
-        Binding("l", "watch_log", "Run log", tooltip="Tail a trainmem probe log (JSON Lines)"),
-        Binding("p", "plan_from_run", "Run's plan", tooltip="Open the plan a run log describes"),
+        Binding(
+            "r",
+            "reset_peaks",
+            "Reset peaks",
+            tooltip="Forget observed peaks (a new run)",
+            id="monitor.reset_peaks",
+        ),
+        Binding(
+            "l",
+            "watch_log",
+            "Run log",
+            tooltip="Tail a trainmem probe log (JSON Lines)",
+            id="monitor.run_log",
+        ),
+        Binding(
+            "p",
+            "plan_from_run",
+            "Run's plan",
+            tooltip="Open the plan a run log describes",
+            id="monitor.run_plan",
+        ),
     ]
 
     app: Dashboard  # type: ignore[assignment]  (the App, typed by what screens use)
