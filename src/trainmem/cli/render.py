@@ -72,7 +72,7 @@ def render_report(report: Report, out: Console | None = None) -> None:
         out.print(
             f"node RAM needed {fmt_bytes(est.host_bytes_per_node)} (offloaded "
             f"{fmt_bytes(est.host_offloaded_bytes)}, loading {fmt_bytes(est.host_loading_bytes)}"
-            "); add ram:SIZE to --device (e.g. h100-80gb,ram:2TB) to judge it"
+            f"); state the node's RAM to judge it (--device {_with_ram(report)})"
         )
     if host is not None and (plan.world > 1 or est.host_offloaded_bytes):
         out.print(
@@ -115,3 +115,9 @@ def _verdict(fit: FitResult, judged: str) -> tuple[tuple[str, str], str]:
 
 def what_if_line(w: WhatIf) -> str:
     return f"longest sequence that fits {w.seq_len_text()}, largest batch {w.batch_text()}"
+
+
+def _with_ram(report: Report) -> str:
+    """The plan's devices with a node RAM beside them, as --device takes it."""
+    names = dict.fromkeys(t.name for t in report.targets)
+    return ",".join([*names, "ram:SIZE"])
