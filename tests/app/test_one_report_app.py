@@ -40,3 +40,21 @@ async def test_the_dashboard_shows_what_plan_json_prints(capsys, calibrated, dem
         await pilot.pause()
         rows = app.screen.rows  # type: ignore[attr-defined]
         assert rows[0].report.estimate.device_bytes == out["peak"]["device_bytes"]
+
+
+def test_a_rule_of_thumb_plan_shows_both_verdicts_and_is_judged_on_the_worse():
+    """The README's example: the rule fits 16 GB, the device peak (18.8 GB) does not. The
+    dashboard shows both verdicts, as `plan` does; views with one verdict show the deciding
+    one."""
+    from trainmem.app.widgets.breakdown import fit_text, headline_text
+    from trainmem.core.plan import Plan
+    from trainmem.planner.export import verdict_cell
+    from trainmem.planner.report import build_report
+
+    report = build_report(Plan(model="8B", method="qlora", device="16GB", rule_of_thumb=True))
+    assert report.fit[0].fits and not report.peak_fit[0].fits
+    lines = fit_text(report).plain.splitlines()
+    assert len(lines) == 2 and "rule of thumb" in lines[0] and "device peak" in lines[1]
+    assert report.deciding_fit == report.peak_fit
+    assert verdict_cell(report).startswith("too big")
+    assert "too big" in headline_text(report).plain.lower()

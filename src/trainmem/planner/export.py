@@ -53,7 +53,7 @@ def verdict_cell(report: Report) -> str:
     if not report.fit:
         return "no device"
     parts = []
-    for f in report.fit:
+    for f in report.deciding_fit:
         sign = "+" if f.headroom_bytes >= 0 else "−"
         parts.append(f"{f.verdict} ({sign}{fmt_bytes(abs(f.headroom_bytes))}) on {f.device}")
     return "; ".join(parts)

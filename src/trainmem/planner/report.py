@@ -137,6 +137,18 @@ class Report:
     budgets: tuple[Budget, ...] = ()  # per target: usable bytes, kind, runtime figures
 
     @property
+    def deciding_fit(self) -> tuple[FitResult, ...]:
+        """Per target, the verdict that decides: the device peak's or, for a plan judged on
+        the rule of thumb, whichever of the two leaves less headroom. What a view with one
+        verdict per device shows (compare, the export, the headline)."""
+        if not self.peak_fit:
+            return self.fit
+        return tuple(
+            min(f, p, key=lambda r: r.headroom_bytes)
+            for f, p in zip(self.fit, self.peak_fit, strict=True)
+        )
+
+    @property
     def fits_everywhere(self) -> bool:
         """Each GPU on both figures, and the node's RAM where it is known."""
         return (

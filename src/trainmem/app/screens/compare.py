@@ -189,7 +189,7 @@ class CompareScreen(Screen[None]):
             est = row.report.estimate
             verdict = Text("no device", style="dim")
             if row.report.fit:
-                fit = row.report.fit[0]
+                fit = row.report.deciding_fit[0]
                 verdict = verdict_text(fit.verdict)
                 sign = "+" if fit.headroom_bytes >= 0 else "−"
                 verdict.append(f" {sign}{abs(fit.headroom_bytes) / 1e9:.1f}")

@@ -159,7 +159,7 @@ def headline_text(report: Report) -> Text:
     if report.cpu_only:
         out.append(" · no GPU here: set Device to the machine that will train", style="bold")
     elif report.fit:
-        fit = report.fit[0]
+        fit = report.deciding_fit[0]
         out.append(" · ")
         out.append_text(verdict_text(fit.verdict))
         out.append(f" on {short_device_name(fit.device)}")
@@ -176,6 +176,12 @@ def fit_text(report: Report) -> Text:
     if not report.fit:
         return Text("Waiting for devices…", style="dim")
     lines = [fit_line(f) for f in report.fit]
+    if report.estimate.plan.rule_of_thumb:  # the rule alone could pass a peak that does not fit
+        lines = [
+            line + Text(f"  {on}", style="dim")
+            for fits, on in ((report.fit, "rule of thumb"), (report.peak_fit, "device peak"))
+            for line in map(fit_line, fits)
+        ]
     if report.cpu_only:
         # The guide's third mistake: a PC's RAM is not the GPU the run will use.
         lines = [
@@ -282,7 +288,7 @@ class Breakdown(Vertical):
             whatif.update(whatif_text(report.what_if))
         whatif.display = report.what_if is not None
         advice = self.query_one("#advice", Static)
-        if report.advice and report.fit and report.fit[0].verdict != "fits":
+        if report.advice and report.fit and report.deciding_fit[0].verdict != "fits":
             advice.update(advice_text(report.advice, report.fit[0].device))
             advice.display = True
         else:
