@@ -30,7 +30,6 @@ from trainmem.core.runtime import (
 from trainmem.core.sharding import NONE as NO_GATHER
 from trainmem.core.sharding import (
     Gathered,
-    Host,
     ddp_buckets,
     divided,
     gathered,
@@ -431,7 +430,10 @@ def estimate(
     allocated = totals[peak_phase]
     overhead = runtime_overhead(runtime, allocated, figures)
     parts = {**phases[peak_phase], **overhead}
-    host = _host(plan, spec, step)
+    # What offload keeps in host RAM, counted on the plan as given (on unified memory or a
+    # CPU it is the same memory, which the note says; the step above counts no saving there).
+    ckpt_host = checkpoint_offload(plan, spec, dtypes(plan).resid).host
+    host = host_memory(plan, _unsharded_weight_bytes(plan, spec), step.states.offloaded, ckpt_host)
     gathered_now = phases[peak_phase]["weights"] - step.states.weights
     components = tuple(
         Component(name, int(parts.get(name, 0)), "runtime" if name in RUNTIME else "tensor")
@@ -449,7 +451,7 @@ def estimate(
         rule_of_thumb_bytes=rule_of_thumb_bytes(spec.params, plan),
         trainable_params=step.states.trainable_params,
         saved_activation_bytes=step.saved_after_forward,
-        notes=(*_notes(spec, plan, runtime), runtime_note(runtime, figures)),
+        notes=(*_notes(spec, plan, runtime, ckpt_host), runtime_note(runtime, figures)),
         runtime_kind=runtime,
         runtime_figures=figures,
         host_bytes_per_node=host.peak,
@@ -460,19 +462,7 @@ def estimate(
     )
 
 
-def _host(plan: Plan, spec: ModelSpec, step: Step) -> Host:
-    """Host RAM per node: offloaded states of the node's processes (and checkpoint offload),
-    or the weights every process loads, whichever is larger."""
-    ckpt = _offloaded_checkpoints(plan, spec)
-    return host_memory(plan, _unsharded_weight_bytes(plan, spec), step.states.offloaded, ckpt)
-
-
-def _offloaded_checkpoints(plan: Plan, spec: ModelSpec) -> int:
-    """The checkpointed layer inputs checkpoint offload keeps in host RAM."""
-    return checkpoint_offload(plan, spec, dtypes(plan).resid).host
-
-
-def _notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> tuple[str, ...]:
+def _notes(spec: ModelSpec, plan: Plan, runtime: TargetKind, ckpt_host: int) -> tuple[str, ...]:
     notes = list(spec.notes)
     if plan.attn == "eager":
         notes.append("eager attention keeps batch x heads x seq^2 scores per layer; sdpa does not")
@@ -488,7 +478,7 @@ def _notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> tuple[str, ...]:
             f"{plan.attn} is counted as SDPA's flash kernel (the same saves: q, k, v, "
             "output, log-sum-exp); derived from source, not measured (needs a GPU)"
         )
-    notes.extend(_stack_notes(spec, plan, runtime))
+    notes.extend(_stack_notes(spec, plan, runtime, ckpt_host))
     notes.extend(_sharding_notes(plan))
     ignored = plan.ignored_fields()
     if ignored:
@@ -533,7 +523,7 @@ LOSS_NOTES = {
 }
 
 
-def _stack_notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> list[str]:
+def _stack_notes(spec: ModelSpec, plan: Plan, runtime: TargetKind, ckpt_host: int) -> list[str]:
     """What the stack does by default and what the plan's stack-level fields change."""
     stack = plan.tooling
     fused_by = stack.fused_loss if plan.loss_kind == "fused" else ""
@@ -549,10 +539,9 @@ def _stack_notes(spec: ModelSpec, plan: Plan, runtime: TargetKind) -> list[str]:
             "LLM.int8 base: 1 byte per weight + an fp32 scale per row; its inputs are "
             "kept by bitsandbytes outside checkpointing's hooks (derived from source)"
         )
-    host = _offloaded_checkpoints(plan, spec)
-    if host:
+    if ckpt_host:
         where = "in pinned host RAM" if runtime == "gpu" else "in the same memory (no saving)"
-        notes.append(f"checkpoint offload keeps {fmt_bytes(host)} of layer inputs {where}")
+        notes.append(f"checkpoint offload keeps {fmt_bytes(ckpt_host)} of layer inputs {where}")
     if plan.packing:
         notes.append(
             "packing: every row holds seq_len real tokens, as the estimate assumes; "
