@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_sharding import LAYER, LAYERS, ROOT, SPEC, H, P, V  # the same tiny Llama
 
-from trainmem.core.architecture import spec_from_config
 from trainmem.core.estimator import estimate, step_sizes
 from trainmem.core.plan import Plan
 from trainmem.core.precision import dtypes
@@ -18,24 +18,6 @@ from trainmem.core.stacks import STACK_RECORDS
 from trainmem.core.states import model_states
 from trainmem.sources import catalog
 
-H, LAYERS, HEADS, KV, HD, FF, V = 256, 4, 4, 2, 64, 512, 1024
-SPEC = spec_from_config(
-    {
-        "model_type": "llama",
-        "hidden_size": H,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV,
-        "head_dim": HD,
-        "intermediate_size": FF,
-        "vocab_size": V,
-        "tie_word_embeddings": False,
-    },
-    "tiny",
-)
-P = SPEC.params
-ROOT = 2 * V * H + H  # embeddings, lm_head, final norm
-LAYER = (P - ROOT) // LAYERS
 # a layer's trainable elements as the estimate divides them (the final norm spread over layers)
 LAYER_TRAINABLE = (P - 2 * V * H) // LAYERS
 N = 4  # every dimension above divides by 4: no FSDP2 padding
