@@ -297,12 +297,16 @@ def main() -> int:
             f"{label:<32}{bare[key]:>9.3g}{'':1}{dash[key]:>9.3g}{'':1}{ratio:>7.2f}x  "
             f"{unit}; {verdict}".rstrip("; ")
         )
-    report = "\n".join(lines) + "\n"
-    print(report, end="")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(report)
+    publish("\n".join(lines) + "\n", args.out)
     return 0
+
+
+def publish(report: str, out: Path | None) -> None:
+    """Print the report and, with --out, write it (the folder made if needed)."""
+    print(report, end="")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(report)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from app_bench import COLS, ROWS, Pty, commit, describe_machine
+from app_bench import COLS, ROWS, Pty, commit, describe_machine, publish
 
 ROOT = Path(__file__).resolve().parent.parent
 READY = b"Estimate"  # in the dashboard's first frame
@@ -96,11 +96,7 @@ def main() -> int:
             f"{name:<44}{med:>7.2f}s{min(t):>7.2f}s{max(t):>7.2f}s  {med / floor:.2f}x"
             f" ({med - floor:+.2f} s)"
         )
-    report = "\n".join(lines) + "\n"
-    print(report, end="")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(report)
+    publish("\n".join(lines) + "\n", args.out)
     return 0
 
 
