@@ -7,14 +7,10 @@ never parsed (it would raise)."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import select
-import struct
-import subprocess
 import sys
-import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "probe"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "devices"))
 from fake_run_logs import run_record, step_record, write_log
 from prom_fixtures import FakePrometheus, dcgm_labels, series
+from pty_dashboard import spawn_dashboard
 
 from trainmem.core.plan import Plan
 from trainmem.sources.plan_files import NamedPlan, PlanSet, to_toml
@@ -36,31 +33,10 @@ FORBIDDEN = (b"\x1b]52;c;TUFSS0VS", b"\x1b]0;PWNED", b"\x1b[2JCLEARED", "\u009b3
 F3, F4 = b"\x1b[13~", b"\x1b[14~"
 
 
-def _controlling_tty() -> None:
-    os.setsid()
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
 def _dashboard(tmp_path: Path, args: list[str], keys: list[bytes], seconds: float) -> bytes:
     """Everything the dashboard wrote to a 120x40 terminal while ``keys`` were pressed (one
     a second, after start-up)."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {
-        **os.environ,
-        "TERM": "xterm-256color",
-        "TRAINMEM_STATE_DIR": str(tmp_path / "state"),
-        "HF_HUB_CACHE": str(tmp_path / "hf"),
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "trainmem", "--interval", "0.3", *args],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=env,
-        preexec_fn=_controlling_tty,
-    )
-    os.close(slave)
+    proc, master = spawn_dashboard(tmp_path, ["--interval", "0.3", *args], size=(120, 40))
     out = bytearray()
     start = time.monotonic()
     pending = list(keys)

@@ -4,47 +4,22 @@ start-up included, and keeps the open plans. Without a terminal it says so and e
 
 from __future__ import annotations
 
-import fcntl
 import os
 import select
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import time
 from pathlib import Path
 
 import pytest
+from pty_dashboard import spawn_dashboard
 
 LIMIT_S = 2.0
 
 
-def _controlling_tty() -> None:  # in the child: the pty becomes its controlling terminal
-    os.setsid()
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
 def _spawn(tmp_path: Path, extra_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    env = {
-        **os.environ,
-        "TERM": "xterm-256color",
-        "TRAINMEM_STATE_DIR": str(tmp_path / "state"),
-        "HF_HUB_CACHE": str(tmp_path / "hf"),
-        **extra_env,
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "trainmem", "--model", "3B", "--interval", "0.2"],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=env,
-        preexec_fn=_controlling_tty,
-    )
-    os.close(slave)
-    return proc, master
+    return spawn_dashboard(tmp_path, ["--model", "3B", "--interval", "0.2"], env=extra_env)
 
 
 def _drain(master: int, seconds: float) -> bytes:
