@@ -94,6 +94,8 @@ def _key(name: str) -> str:
 def calibration_for(name: str, calibrations: Mapping[str, Calibration]) -> Calibration | None:
     """The calibration of the GPU called ``name`` (NVML's name or a preset's: "H100-80GB"
     finds "NVIDIA H100 80GB HBM3"); None when this GPU model was never calibrated."""
+    if not calibrations:  # the usual case, on every keystroke: no preset lookup
+        return None
     for gpu, cal in calibrations.items():
         if _key(gpu) == _key(name):
             return cal
