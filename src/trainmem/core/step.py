@@ -1,0 +1,61 @@
+"""The sizes one training step is built from (trainmem.core.estimator.step_sizes), in bytes:
+what the estimator's moments sum and the allocation sequence (trainmem.core.step_events)
+orders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainmem.core.sharding import NONE as NO_GATHER
+from trainmem.core.sharding import Gathered
+from trainmem.core.states import States
+
+
+@dataclass(frozen=True)
+class Step:
+    """The sizes every moment of the step is built from, in bytes."""
+
+    states: States
+    layers: int
+    kept_per_layer: int  # what each layer holds for backward once forward is past it
+    recompute: int  # one layer's saves rebuilt in backward under checkpointing (else 0)
+    saved_after_forward: int  # everything autograd holds when forward ends
+    forward_copies: int  # autocast's 16-bit weight copies cached through forward
+    logits_forward: int  # logits and the loss's upcast while the loss runs
+    loss_backward: int  # log_softmax backward's three fp32 tensors
+    layer_transient: int  # gradients in flight while one layer runs backward
+    dequant: int  # QLoRA: the dequantized weight of the largest linear
+    grad_head: int  # lm_head's (or the tied embedding's) gradient
+    grad_embed: int  # the untied embedding's gradient
+    grad_layer: int  # one decoder layer's gradients
+    tied_sum: int  # tied embedding: its two gradients summed out of place
+    # A hand-written loop (stack "loop") keeps ``out`` alive through backward and the step:
+    kept_output: int = 0  # out.logits
+    cache: int = 0  # out.past_key_values: the KV cache built when checkpointing is off
+    cache_is_saved: bool = True  # the cache tensors are the k/v attention saves (sdpa, MHA)
+    early_head_grad: int = 0  # a fused loss's lm_head gradient, held from forward on
+    # Sharded runs (trainmem.core.sharding); all 0 on one GPU:
+    gathered: Gathered = NO_GATHER  # weights all-gathered beyond the shard, per moment
+    buckets: int = 0  # ZeRO / DDP gradient buckets, alive from the first backward on
+    grad_inflight: int = -1  # one layer's unsharded gradient in backward (-1: grad_layer)
+    embedding_grads: int = -1  # gradients alive at the embedding's backward (-1: all)
+    root_reduce: int = 0  # FSDP: the root's reduce-scatter input, in the reduce dtype
+    # Unsloth's checkpoint offload (trainmem.core.offload): its GPU reload buffer, alive at
+    # every moment, and the last layer's input, kept until that layer's backward.
+    ckpt_buffer: int = 0
+    ckpt_last: int = 0
+
+    def alive(
+        self, activations: int, logits: int, grads: int, temps: int, gathered: int = 0
+    ) -> dict[str, int]:
+        s = self.states
+        return {
+            "weights": s.weights + gathered,
+            "master copy": s.master,
+            "adapter": s.adapter,
+            "optimizer state": s.optimizer,
+            "gradients": grads,
+            "activations": activations + self.ckpt_buffer,
+            "logits": logits,
+            "temporaries": temps,
+        }
