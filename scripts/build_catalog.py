@@ -8,8 +8,9 @@ config, the published figure and why the two differ, its sources, and its other 
 (instruct checkpoints, renamed repos, re-uploads; see catalog_table.py for the evidence).
 
 Checks, each failing the build: transformers (on the meta device, no memory) builds exactly
-the count the estimator computes; a checkpoint's safetensors total, where a source gives one,
-equals that count; an alias backed by a config.json copy gives the very same ModelSpec as its
+the count the estimator computes; a checkpoint's safetensors total (an MXFP4 one's read as
+mxfp4_params does) or an exact published count, where a source gives one, equals that
+count; an alias backed by a config.json copy gives the very same ModelSpec as its
 target. --check compares with the committed file instead of writing it.
 """
 
@@ -71,22 +72,53 @@ def transformers_count(config: dict[str, Any]) -> int:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    fields = {k: v for k, v in config.items() if k != "torch_dtype"}
+    # a null field is one no source gave (the reference's Qwen2.5-72B): transformers' default
+    fields = {k: v for k, v in config.items() if k != "torch_dtype" and v is not None}
     hf_config = AutoConfig.for_model(**fields)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config)
     return sum(p.numel() for p in model.parameters())
 
 
-def added(entry: dict[str, Any]) -> dict[str, Any]:
-    config = entry["config"]
+def mxfp4_params(bf16: int, u8: int) -> int:
+    """Parameters of an MXFP4 checkpoint from the Hub's per-dtype safetensors counts. The Hub
+    counts each packed FP4 byte of a ``*_blocks`` tensor as two elements and each E8M0 byte of
+    its ``*_scales`` tensor (one per 32 values) as one, so the U8 elements are 33/32 of the
+    quantized weights (transformers integrations/mxfp4.py: blocks [..., n/32, 16], scales
+    [..., n/32])."""
+    if u8 * 32 % 33:
+        raise BuildError(f"U8 count {u8:,} is not 33/32 of a weight count")
+    return bf16 + u8 * 32 // 33
+
+
+def added(entry: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    if "from" in entry:  # another entry's config.json with a few fields changed
+        config = {**by_id[entry["from"]]["config"], **entry["set"]}
+    else:
+        config = entry["config"]
     count = transformers_count(config)
     notes = [f"added: {entry['why']}", *entry.get("notes", [])]
+    if "from" in entry:
+        notes.append(f"config.json fields as {entry['from']} but {sorted(entry['set'])}")
     if "safetensors_total" in entry:
         total, source = entry["safetensors_total"]
         if total != count:
             raise BuildError(f"{entry['hf_id']}: safetensors total {total:,} != {count:,}")
         notes.append(f"matches the checkpoint's safetensors total {total:,} ({source})")
+    if "mxfp4_safetensors" in entry:
+        bf16, u8, source = entry["mxfp4_safetensors"]
+        total = mxfp4_params(bf16, u8)
+        if total != count:
+            raise BuildError(f"{entry['hf_id']}: MXFP4 safetensors {total:,} != {count:,}")
+        notes.append(
+            f"matches the checkpoint's safetensors ({source}): BF16 {bf16:,} + U8 {u8:,} "
+            f"(MXFP4 blocks and scales of {u8 * 32 // 33:,} expert weights)"
+        )
+    if "exact" in entry:
+        exact, source = entry["exact"]
+        if exact != count:
+            raise BuildError(f"{entry['hf_id']}: exact count {exact:,} != {count:,}")
+        notes.append(f"matches the exact count {exact:,} ({source})")
     return {
         "name": entry["name"],
         "hf_id": entry["hf_id"],
@@ -184,7 +216,10 @@ def attach(entries: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
 
 def build(reference: Path) -> list[dict[str, Any]]:
     entries = [convert(r) for r in json.loads(reference.read_text())]
-    entries += [added(e) for e in table.ENTRIES]
+    by_id = {e["hf_id"]: e for e in entries}
+    for new in (*table.ENTRIES, *table.DERIVED):  # in order: a derived one may build on another
+        by_id[new["hf_id"]] = added(new, by_id)
+        entries.append(by_id[new["hf_id"]])
     for entry in entries:
         computed = spec_from_config(entry["config"], entry["name"]).params
         if computed != entry["transformers_params"]:

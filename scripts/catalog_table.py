@@ -23,6 +23,29 @@ ALAIN_COMMIT = "1b33775219c224def81d0c3c4e34d2d6630dc83d"
 LITGPT = "Lightning-AI/litgpt:litgpt/config.py@26857050fe3ff627cd714fe92f5838f51a3d5efa"
 MLC = "mlc-ai/mlc-llm:python/mlc_llm/model/model_preset.py@79d603f085f50500e9509fa01785ffa7ecfaaa93"
 UNSLOTH = "unslothai/unsloth:unsloth/models/mapper.py@015bdef0d94a241bcd94eec7a405b1700632180d"
+KERAS = "keras-team/keras-hub:keras_hub/src/models/{}@71453d08f59edc90d276e999319fc51e61cbf82c"
+SLIME = (
+    "zyzshishui/slime:scripts/models/qwen3-235B-A22B.sh@a29386384f6fa74b4e926a675b40038a91289659"
+)
+WARPIO = (
+    "akougkas/warpio-cli:warpio-docs/ai-docs/model_cards/qwen3:4b.md"
+    "@8dde6d21c14ca1c2167e7f8c86370e54fdbbc537"
+)
+
+
+def card(repo: str) -> str:
+    """Copies of Hub model cards (README.md), one folder per repo."""
+    return f"ZHUI/paddlenlp_model_readme:{repo}/index.md@40a7101e89dcf9a0dedb0e0d48c8c357fcc95996"
+
+
+def keras(preset: str, file: str) -> str:
+    """keras-hub preset metadata: "params" is the exact count of the converted backbone."""
+    return f"{KERAS.format(file)} ({preset!r})"
+
+
+# The model cards of the Qwen2.5 instruct and Coder checkpoints: their config.json, unlike the
+# base's (131072), stops at 32768 (Qwen2.5-7B-Instruct's config.json copy shows that value).
+QWEN_32K = "model card: 'The current `config.json` is set for context length up to 32,768 tokens.'"
 
 
 def alain(folder: str, file: str = "config.json") -> str:
@@ -192,6 +215,158 @@ ENTRIES: list[dict[str, Any]] = [
         "notes": ["torch_dtype not in the source; shapes and block_size 32768 from litgpt"],
         "sources": [f"{LITGPT} ('Phi-4-reasoning')"],
     },
+    {
+        "name": "Qwen3-235B-A22B",
+        "hf_id": "Qwen/Qwen3-235B-A22B",
+        "why": "not in the reference set",
+        "config": hub_config(
+            model_type="qwen3_moe",
+            hidden_size=4096,
+            num_hidden_layers=94,
+            num_attention_heads=64,
+            num_key_value_heads=4,
+            head_dim=128,
+            intermediate_size=12288,
+            moe_intermediate_size=1536,
+            num_experts=128,
+            num_experts_per_tok=8,
+            decoder_sparse_step=1,
+            vocab_size=151936,
+            tie_word_embeddings=False,
+            max_position_embeddings=40960,
+            rms_norm_eps=1e-06,
+            rope_theta=1000000,
+        ),
+        "notes": ["torch_dtype not in the sources"],
+        "published": "235B in total and 22B activated (model card)",
+        "exact": (235093634560, keras("qwen3_moe_235b_a22b_en", "qwen3_moe/qwen3_moe_presets.py")),
+        "sources": [
+            f"{LITGPT} ('Qwen3-235B-A22B')",
+            f"{SLIME} (Megatron arguments: untied embeddings, every layer MoE, qk-layernorm)",
+        ],
+    },
+    {
+        "name": "gpt-oss-120b",
+        "hf_id": "openai/gpt-oss-120b",
+        "why": "not in the reference set",
+        "config": hub_config(
+            model_type="gpt_oss",
+            hidden_size=2880,
+            num_hidden_layers=36,
+            num_attention_heads=64,
+            num_key_value_heads=8,
+            head_dim=64,
+            intermediate_size=2880,
+            num_local_experts=128,
+            num_experts_per_tok=4,
+            experts_per_token=4,
+            vocab_size=201088,
+            tie_word_embeddings=False,
+            max_position_embeddings=131072,
+            rms_norm_eps=1e-05,
+            rope_theta=150000,
+            sliding_window=128,
+            attention_bias=True,
+            swiglu_limit=7.0,
+        ),
+        "notes": ["the checkpoint stores the experts in MXFP4 (quantization_config mxfp4)"],
+        "published": "gpt-oss-120b: 117B parameters with 5.1B active parameters",
+        "mxfp4_safetensors": (
+            2167371072,
+            118244966400,
+            alain("openai-gpt-oss-120b", "model.json"),
+        ),
+        "exact": (116829156672, keras("gpt_oss_120b_en", "gpt_oss/gpt_oss_presets.py")),
+        "sources": [alain("openai-gpt-oss-120b")],
+    },
+]
+
+# Models whose config.json is another entry's with a few fields changed ("from" + "set"): every
+# other field is the base entry's, and the sources show the changed ones and the shared shapes.
+DERIVED: list[dict[str, Any]] = [
+    *(
+        {
+            "name": f"Qwen2.5-{size}-Instruct",
+            "hf_id": f"Qwen/Qwen2.5-{size}-Instruct",
+            "from": f"Qwen/Qwen2.5-{size}",
+            "set": {"max_position_embeddings": 32768},
+            "why": f"max_position_embeddings 32768 (Qwen2.5-{size}: 131072)",
+            "published": published,
+            "sources": [
+                f"{LITGPT} ('Qwen2.5-{size}{{}}', expanded to '' and '-Instruct': same shapes)",
+                f"{card(f'Qwen/Qwen2.5-{size}-Instruct')} ({QWEN_32K})",
+            ],
+            **extra,
+        }
+        for size, published, extra in (
+            ("14B", "Number of Parameters: 14.7B (model card)", {}),
+            (
+                "32B",
+                "Number of Parameters: 32.5B (model card)",
+                {"exact": (32763876352, keras("qwen2.5_instruct_32b_en", "qwen/qwen_presets.py"))},
+            ),
+            (
+                "72B",
+                "Number of Parameters: 72.7B (model card)",
+                {"exact": (72706203648, keras("qwen2.5_instruct_72b_en", "qwen/qwen_presets.py"))},
+            ),
+        )
+    ),
+    *(
+        {
+            "name": f"Qwen2.5-Coder-{size}",
+            "hf_id": f"Qwen/Qwen2.5-Coder-{size}",
+            "from": f"Qwen/Qwen2.5-{size}",
+            "set": {"max_position_embeddings": 32768},
+            "why": f"max_position_embeddings 32768 (Qwen2.5-{size}: 131072)",
+            "published": published,
+            "sources": [
+                f"{LITGPT} ('Qwen2.5-Coder-{size}{{}}': every field of 'Qwen2.5-{size}{{}}' but "
+                "block_size 32768)",
+                f"{card(f'Qwen/Qwen2.5-Coder-{size}')} ({QWEN_32K})",
+            ],
+            **extra,
+        }
+        for size, published, extra in (
+            ("14B", "Number of Parameters: 14.7B (model card)", {}),
+            (
+                "32B",
+                "Number of Parameters: 32.5B (model card)",
+                {"exact": (32763876352, keras("qwen2.5_coder_32b", "qwen/qwen_presets.py"))},
+            ),
+        )
+    ),
+    {
+        "name": "Qwen3-4B-Thinking-2507",
+        "hf_id": "Qwen/Qwen3-4B-Thinking-2507",
+        "from": "Qwen/Qwen3-4B",
+        "set": {"max_position_embeddings": 262144, "rope_theta": 5000000},
+        "why": "max_position_embeddings 262144 (Qwen3-4B: 40960)",
+        "published": "Number of Parameters: 4.0B (Qwen3-4B-Instruct-2507 model card)",
+        "sources": [
+            f"{WARPIO} (a config.json copy: 262144, rope_theta 5000000, tie_word_embeddings true, "
+            "bfloat16, Qwen3-4B's shapes; its chat template opens <think>, the Thinking-2507's)",
+            f"{LITGPT} ('Qwen3-4B-{{}}-2507', expanded to Thinking and Instruct)",
+        ],
+    },
+    *(
+        {
+            "name": f"Qwen3-{size}-Instruct-2507",
+            "hf_id": f"Qwen/Qwen3-{size}-Instruct-2507",
+            "from": f"Qwen/Qwen3-{size}",
+            "set": {"max_position_embeddings": 262144, "rope_theta": rope},
+            "why": f"max_position_embeddings 262144 (Qwen3-{size}: 40960)",
+            "notes": [
+                f"tie_word_embeddings and torch_dtype are Qwen3-{size}'s: litgpt does not record "
+                "them"
+            ],
+            "sources": [
+                f"{LITGPT} ('Qwen3-{size}-{{}}-2507': every field of 'Qwen3-{size}' but "
+                f"block_size 262144 and rope_base {rope})"
+            ],
+        }
+        for size, rope in (("30B-A3B", 10000000), ("235B-A22B", 5000000))
+    ),
 ]
 
 # (alias, target, evidence, sources, extra): the target is a catalogue id or another alias.
@@ -505,6 +680,79 @@ INSTRUCT: list[tuple[str, str, str, list[str], dict[str, Any]]] = [
         for size in ("7B", "13B")
         for kind in ("-SFT", "-DPO", "-Instruct")
     ),
+    *(
+        (
+            f"Qwen/Qwen2.5-Coder-{size}{kind}",
+            target,
+            "template",
+            [
+                f"{LITGPT} ('Qwen2.5-Coder-{size}{{}}', expanded to '' and '-Instruct': every "
+                f"field of 'Qwen2.5-{size}{{}}' but block_size 32768)",
+                f"{card(f'Qwen/Qwen2.5-Coder-{size}{kind}')} ({QWEN_32K})",
+            ],
+            {"note": f"the same config.json fields as {target}"},
+        )
+        for size, target in (
+            ("1.5B", "Qwen/Qwen2.5-1.5B-Instruct"),
+            ("7B", "Qwen/Qwen2.5-7B-Instruct"),
+        )
+        for kind in ("", "-Instruct")
+    ),
+    *(
+        (
+            f"Qwen/Qwen2.5-Coder-{size}-Instruct",
+            f"Qwen/Qwen2.5-Coder-{size}",
+            "template",
+            [
+                f"{LITGPT} ('Qwen2.5-Coder-{size}{{}}', expanded to '' and '-Instruct')",
+                f"{card(f'Qwen/Qwen2.5-Coder-{size}-Instruct')} ({QWEN_32K})",
+            ],
+            {},
+        )
+        for size in ("14B", "32B")
+    ),
+    *(
+        (
+            f"Qwen/Qwen3-{size}-Base",
+            f"Qwen/Qwen3-{size}",
+            "template",
+            [f"{LITGPT} ('Qwen3-{size}{{}}', expanded to '' and '-Base')"],
+            {},
+        )
+        for size in ("0.6B", "1.7B", "4B", "8B", "14B")
+    ),
+    (
+        "Qwen/Qwen3-30B-A3B-Base",
+        "Qwen/Qwen3-30B-A3B",
+        "template",
+        [f"{LITGPT} ('Qwen3-30B-A3B-Base': every field as 'Qwen3-30B-A3B')"],
+        {},
+    ),
+    *(
+        (
+            f"Qwen/Qwen3-{size}-{kind}-2507",
+            f"Qwen/Qwen3-{size}-{other}-2507",
+            "template",
+            [f"{LITGPT} ('Qwen3-{size}-{{}}-2507', expanded to Thinking and Instruct)"],
+            {},
+        )
+        for size, kind, other in (
+            ("4B", "Instruct", "Thinking"),
+            ("30B-A3B", "Thinking", "Instruct"),
+            ("235B-A22B", "Thinking", "Instruct"),
+        )
+    ),
+    (
+        "deepseek-ai/DeepSeek-R1-Distill-Llama-70B",
+        "meta-llama/Llama-3.3-70B-Instruct",
+        "template",
+        [
+            f"{LITGPT} ('R1-Distill-Llama-70B': every field as 'Llama-3.1-70B{{}}')",
+            f"{card('deepseek-ai/DeepSeek-R1-Distill-Llama-70B')} (base model "
+            "Llama-3.3-70B-Instruct)",
+        ],
+        {"note": "a distill fine-tuned from Llama-3.3-70B-Instruct"},
+    ),
 ]
 
 # AWQ and GPTQ checkpoints (alias, its 16-bit original, format, sources): refused when planned,
@@ -519,8 +767,7 @@ REFUSED: list[tuple[str, str, str, list[str]]] = [
 ]
 
 # unsloth/models/mapper.py __INT_TO_FLOAT_MAPPER rows (4-bit repo: its 16-bit repos and the
-# original, in the mapper's order; FP8 variants left out), for the catalogue's models only
-# (gpt-oss-120b waits: tests/core/test_params.py wants every model 1000x under MAX_PARAMS).
+# original, in the mapper's order; FP8 variants left out), for the catalogue's models only.
 UNSLOTH_ROWS: list[tuple[str, tuple[str, ...]]] = [
     ("unsloth/mistral-7b-bnb-4bit", ("unsloth/mistral-7b", "mistralai/Mistral-7B-v0.1")),
     ("unsloth/llama-2-7b-bnb-4bit", ("unsloth/llama-2-7b", "meta-llama/Llama-2-7b-hf")),

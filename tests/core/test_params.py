@@ -114,7 +114,9 @@ def test_limits_are_far_above_every_catalogue_model():
         for key, (_, hi) in LIMITS.items():
             value = cfg.get(key)
             assert value is None or value * 50 <= hi, (entry.name, key)
-        assert entry.transformers_params * 1000 <= MAX_PARAMS
+        # MAX_PARAMS is set ~50x above the largest published model (architecture.py), the same
+        # margin as the fields': 1000x would refuse any model over 100B (gpt-oss-120b, 235B MoE)
+        assert entry.transformers_params * 50 <= MAX_PARAMS
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,22 @@ OFFLINE = [
     ("allenai/OLMo-2-1124-7B-Instruct", "allenai/OLMo-2-1124-7B", 7_298_617_344),
     ("unsloth/gpt-oss-20b", "openai/gpt-oss-20b", 20_914_757_184),
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mistralai/Mixtral-8x7B-v0.1", 46_702_792_704),
+    # own entries: their config.json stops at 32768 (the base's: 131072); keras-hub's exact counts
+    ("Qwen/Qwen2.5-14B-Instruct", None, 14_770_033_664),
+    ("Qwen/Qwen2.5-32B-Instruct", None, 32_763_876_352),
+    ("Qwen/Qwen2.5-72B-Instruct", None, 72_706_203_648),
+    ("Qwen/Qwen2.5-Coder-32B", None, 32_763_876_352),
+    ("Qwen/Qwen2.5-Coder-14B-Instruct", "Qwen/Qwen2.5-Coder-14B", 14_770_033_664),
+    ("Qwen/Qwen2.5-Coder-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct", 7_615_616_512),
+    ("Qwen/Qwen2.5-Coder-1.5B", "Qwen/Qwen2.5-1.5B", 1_543_714_304),
+    ("Qwen/Qwen3-8B-Base", "Qwen/Qwen3-8B", 8_190_735_360),
+    ("Qwen/Qwen3-30B-A3B-Base", "Qwen/Qwen3-30B-A3B", 30_532_122_624),
+    ("Qwen/Qwen3-235B-A22B", None, 235_093_634_560),
+    ("Qwen/Qwen3-235B-A22B-Thinking-2507", "Qwen/Qwen3-235B-A22B-Instruct-2507", 235_093_634_560),
+    ("Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen3-4B-Thinking-2507", 4_022_468_096),
+    ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "meta-llama/Llama-3.1-70B", 70_553_706_496),
+    # MXFP4 experts: the Hub's BF16 + U8 totals with the scales taken out (build_catalog.py)
+    ("openai/gpt-oss-120b", None, 116_829_156_672),
 ]
 
 
@@ -121,6 +137,9 @@ def test_the_families_users_ask_for_are_present():
         "HuggingFaceTB/SmolLM2-135M",
         "allenai/OLMo-2-1124-7B",
         "openai/gpt-oss-20b",
+        "openai/gpt-oss-120b",
+        "Qwen/Qwen2.5-Coder-7B-Instruct",
+        "Qwen/Qwen3-235B-A22B",
     ):
         assert catalog.find(hf_id) is not None, hf_id
 
