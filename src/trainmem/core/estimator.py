@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from trainmem.core.activations import Kernels, autocast_copy_bytes, layer_activations
 from trainmem.core.architecture import ModelSpec
+from trainmem.core.device_peak import DevicePeak, device_peak
 from trainmem.core.losses import loss_head
 from trainmem.core.offload import checkpoint_offload
 from trainmem.core.plan import Plan
@@ -82,6 +83,10 @@ class Estimate:
     notes: tuple[str, ...] = field(default=())
     runtime_kind: TargetKind = "gpu"
     runtime_figures: RuntimeFigures = TYPICAL  # the CUDA runtime's (built-in or calibrated)
+    # On a GPU: the caching allocator simulated over the step (trainmem.core.device_peak),
+    # the reserve part of the device peak unless a calibration measured it; None on another
+    # kind of device or with simulate=False.
+    device_peak: DevicePeak | None = None
     # Per node (trainmem.core.sharding.host_memory): host RAM the run needs at its peak, of
     # which the offloaded states and the weights loaded before sharding.
     host_bytes_per_node: int = 0
@@ -101,6 +106,8 @@ class Estimate:
         figures = figures or self.runtime_figures
         if kind == self.runtime_kind and figures == self.runtime_figures:
             return self.device_bytes
+        if kind == "gpu" and self.device_peak is not None and not figures.calibrated:
+            return self.allocated_bytes + figures.context_bytes + self.device_peak.overhead
         overhead = runtime_overhead(kind, self.allocated_bytes, figures)
         return self.allocated_bytes + sum(overhead.values())
 
@@ -361,11 +368,15 @@ def estimate(
     kernels: Kernels = "cuda",
     runtime: TargetKind = "gpu",
     figures: RuntimeFigures = TYPICAL,
+    simulate: bool = True,
 ) -> Estimate:
     """Estimate one training step. ``kernels="cpu"`` models CPU kernels where they keep
     different tensors (dropout), for comparison with measurements taken on a CPU;
     ``runtime`` is the kind of device whose overhead the device peak adds, with ``figures``
-    for a CUDA runtime (built-in, or this machine's calibration of that GPU)."""
+    for a CUDA runtime (built-in, or this machine's calibration of that GPU). On a GPU the
+    device peak is the caching allocator's simulated reserve plus the context; a calibrated
+    reserve (measured on this machine) replaces the simulation, and ``simulate=False`` gives
+    the quick figure searches bracket with (allocated + the typical reserve fraction)."""
     if kernels not in ("cuda", "cpu"):
         raise ValueError(f"kernels must be 'cuda' or 'cpu', not {kernels!r}")
     plan = plan.validated()
@@ -377,6 +388,11 @@ def estimate(
     peak_phase = max(totals, key=lambda name: totals[name])
     allocated = totals[peak_phase]
     overhead = runtime_overhead(runtime, allocated, figures)
+    peak = None
+    if runtime == "gpu" and simulate:
+        peak = device_peak(counted, spec, step, allocated, figures.gpu_family)
+        if not figures.calibrated:  # a reserve measured on this machine stands as measured
+            overhead["allocator reserve"] = peak.overhead
     parts = {**phases[peak_phase], **overhead}
     # What offload keeps in host RAM, counted on the plan as given (on unified memory or a
     # CPU it is the same memory, which the note says; the step above counts no saving there).
@@ -402,6 +418,7 @@ def estimate(
         notes=(*_notes(spec, plan, runtime, ckpt_host), runtime_note(runtime, figures)),
         runtime_kind=runtime,
         runtime_figures=figures,
+        device_peak=peak,
         host_bytes_per_node=host.peak,
         host_offloaded_bytes=host.offloaded,
         host_loading_bytes=host.loading,

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from typing import Any
 
+from trainmem.core.alloc_conf import AllocatorConfig, AllocConfError, parse_alloc_conf
 from trainmem.core.errors import PlanError
 from trainmem.core.fields import FieldSpec, field_specs, plan_field
 from trainmem.core.methods import METHODS, Method, method_record
@@ -496,6 +497,16 @@ class Plan:
             advanced=True,
         ),
     )
+    alloc_conf: str = plan_field(
+        "",
+        FieldSpec(
+            "text",
+            "Allocator",
+            "PYTORCH_CUDA_ALLOC_CONF of the run (e.g. expandable_segments:True); empty: "
+            "torch's defaults. It changes what the caching allocator reserves",
+            advanced=True,
+        ),
+    )
     rule_of_thumb: bool = plan_field(
         False,
         FieldSpec(
@@ -531,6 +542,10 @@ class Plan:
             raise PlanError(
                 "loss", "the fused kernels (Liger, Cut Cross-Entropy) need bf16 or fp16"
             )
+        try:
+            parse_alloc_conf(plan.alloc_conf)
+        except AllocConfError as exc:
+            raise PlanError("alloc_conf", str(exc)) from None
         targets = parse_lora_targets(plan.lora_targets)
         preset = plan.lora_targets.strip().lower()
         checked = replace(
@@ -541,6 +556,12 @@ class Plan:
         )
         object.__setattr__(checked, "_checked", True)  # frozen: the mark goes in by hand
         return checked
+
+    @cached_property
+    def allocator(self) -> AllocatorConfig:
+        """The caching allocator's settings this plan's run has (``alloc_conf`` read as
+        torch reads PYTORCH_CUDA_ALLOC_CONF)."""
+        return parse_alloc_conf(self.alloc_conf)
 
     @cached_property
     def training(self) -> Method:

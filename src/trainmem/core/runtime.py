@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainmem.core.target import TargetKind
 
@@ -38,6 +38,7 @@ class RuntimeFigures:
     reserve_fraction: float
     source: str
     calibrated: bool = False
+    gpu_family: str | None = None  # the GPU's (gpu_family), for its library workspaces
 
 
 TYPICAL = RuntimeFigures(
@@ -98,9 +99,9 @@ def built_in_figures(gpu_name: str | None = None, cuda: str | None = None) -> Ru
     """The built-in figures for a GPU of that name and a CUDA runtime of that version
     (``torch.version.cuda``; None: today's wheels, which all load lazily)."""
     version = _cuda_tuple(cuda)
-    if version is None or version >= LAZY_LOADING_CUDA:
-        return TYPICAL
     family = gpu_family(gpu_name or "")
+    if version is None or version >= LAZY_LOADING_CUDA:
+        return replace(TYPICAL, gpu_family=family) if family else TYPICAL
     if family in EAGER_CONTEXT_MIB:
         mib, source = EAGER_CONTEXT_MIB[family], EAGER_SOURCES[family]
     else:
@@ -109,6 +110,7 @@ def built_in_figures(gpu_name: str | None = None, cuda: str | None = None) -> Ru
         mib * MiB,
         ALLOCATOR_RESERVE_FRACTION,
         f"CUDA {cuda} loads every kernel eagerly: context from {source}",
+        gpu_family=family,
     )
 
 

@@ -1,0 +1,119 @@
+"""The device peak as PyTorch's caching allocator makes it: the step's allocation sequence
+(trainmem.core.step_events) run through the allocator's simulation (trainmem.core.allocator),
+plus what it never sees (the CUDA context).
+
+What the simulation gives beyond the tensors' peak:
+- rounding: every block is a multiple of 512 bytes, and a block whose remainder is too small
+  to split stays whole (CUDACachingAllocator.cpp should_split);
+- fragmentation: segments reserved but free at the peak, cached after earlier frees whose
+  sizes the later requests cannot reuse (no merging across segments);
+- library workspaces: cuBLAS's per handle and stream, allocated through the same allocator at
+  the first matmul and kept (aten/src/ATen/cuda/CublasHandlePool.cpp, getChosenWorkspaceSize:
+  ":4096:2:16:8" = 8 MiB + 128 KiB by default, 32 MiB on compute capability 9-12, i.e. Hopper
+  and Blackwell; cuBLASLt's own 1 MiB, parseCUDABlasLtWorkspaceSize, since workspace caching
+  is off by default on CUDA). Forward and backward run on the default stream: one of each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainmem.core.alloc_conf import AllocatorConfig
+from trainmem.core.allocator import Alloc, Oom, simulate
+from trainmem.core.architecture import ModelSpec
+from trainmem.core.plan import Plan
+from trainmem.core.step import Step
+from trainmem.core.step_events import MOMENTS, step_events
+
+KIB, MIB = 1024, 1024 * 1024
+CUBLAS_WORKSPACE = 4096 * KIB * 2 + 16 * KIB * 8  # ":4096:2:16:8"
+CUBLAS_WORKSPACE_32MB = 4096 * 8 * KIB  # ":4096:8", compute capability 9-12
+CUBLASLT_WORKSPACE = 1024 * KIB
+LARGE_WORKSPACE_FAMILIES = ("hopper", "blackwell")
+
+
+def workspace_bytes(family: str | None) -> int:
+    """cuBLAS + cuBLASLt workspaces of one stream on a GPU of ``family``."""
+    cublas = CUBLAS_WORKSPACE_32MB if family in LARGE_WORKSPACE_FAMILIES else CUBLAS_WORKSPACE
+    return cublas + CUBLASLT_WORKSPACE
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    """What the allocator holds at its fullest over the first two steps."""
+
+    reserved: int  # the peak reserved (torch.cuda.max_memory_reserved)
+    allocated: int  # allocated blocks at that moment (rounded sizes)
+    tensors: int  # the tensors' peak (the estimate's allocated peak)
+    workspaces: int
+    moment: str  # where the peak was reached ("backward (last layer), step 2")
+    events: int  # the sequence's length
+    oom: Oom | None = None  # the first allocation that fails on the capacity given
+
+    @property
+    def fragmentation(self) -> int:
+        """Reserved but holding no block at the peak."""
+        return self.reserved - self.allocated
+
+    @property
+    def overhead(self) -> int:
+        """All the allocator adds to the tensors' peak: rounding, fragmentation, workspaces."""
+        return max(0, self.reserved - self.tensors)
+
+
+def _moment(index: int, moments: tuple[dict[str, int], ...]) -> str:
+    """The moment an event leads up to, named with its step."""
+    for number, marks in enumerate(moments, 1):
+        for name in MOMENTS:
+            if name in marks and index <= marks[name]:
+                return f"{name}, step {number}"
+    return f"end of step {len(moments)}"
+
+
+def device_peak(
+    plan: Plan,
+    spec: ModelSpec,
+    step: Step,
+    tensors: int,
+    family: str | None = None,
+    config: AllocatorConfig | None = None,
+    capacity: int | None = None,
+) -> DevicePeak:
+    """Simulate the validated ``plan``'s first two steps on ``config`` (default: the plan's
+    own ``alloc_conf``); ``tensors`` is the estimate's allocated peak, ``capacity`` the bytes
+    the allocator may reserve (None: unlimited; else the first failing request is kept)."""
+    config = config or plan.allocator
+    built = step_events(plan, spec, step)
+    workspace = workspace_bytes(family)
+    events = [Alloc("cublas workspace", workspace - CUBLASLT_WORKSPACE)]
+    events.append(Alloc("cublaslt workspace", CUBLASLT_WORKSPACE))
+    # the workspaces come at the first matmul: after loading, before the first forward
+    first_forward = _first_forward(built.events)
+    sequence = [*built.events[:first_forward], *events, *built.events[first_forward:]]
+    marks = tuple(
+        {
+            name: index + len(events) if index >= first_forward else index
+            for name, index in m.items()
+        }
+        for m in built.moments
+    )
+    sim = simulate(sequence, capacity=capacity, config=config, peak_segments=False)
+    at = sim.peak_event
+    return DevicePeak(
+        reserved=sim.peak_reserved,
+        allocated=sim.allocated[at] if at >= 0 else 0,
+        tensors=tensors,
+        workspaces=workspace,
+        moment=_moment(at, marks),
+        events=len(sequence),
+        oom=sim.oom,
+    )
+
+
+def _first_forward(events: tuple[object, ...]) -> int:
+    """Where loading ends: the first event of the first layer's forward."""
+    for index, event in enumerate(events):
+        key = getattr(event, "id", None)
+        if isinstance(key, tuple) and isinstance(key[0], tuple) and key[0][0] in ("kept", "copy"):
+            return index
+    return len(events)
