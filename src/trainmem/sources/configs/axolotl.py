@@ -16,7 +16,7 @@ from trainmem.sources.configs.common import (
     checked_reentrant,
     legacy_fsdp_words,
 )
-from trainmem.sources.configs.lora import set_modules_to_save, set_targets
+from trainmem.sources.configs.lora import set_modules_to_save, set_target_modules
 
 FRAMEWORK = "axolotl 067b021"
 SCHEMAS = "src/axolotl/utils/schemas"
@@ -309,13 +309,12 @@ def _lora(r: Reading) -> None:
     r.keyed("lora_dropout", "lora_dropout", doc.number, 0.0, f"{SCHEMAS}/peft.py:80")
     if doc.flag("lora_target_linear"):
         r.set("lora_targets", "all-linear", "lora_target_linear")
-    else:
-        names = doc.names("lora_target_modules")
-        if not names:  # loaders/adapter.py:171 passes [] to PEFT, which then targets nothing
-            raise doc.error(
-                "lora_target_modules", "absent, and lora_target_linear is not true: no layer"
-            )
-        set_targets(r, "lora_target_modules", names)
+    # loaders/adapter.py:171-190 passes lora_target_modules to PEFT as written (a string is a
+    # regex); absent, it passes [], which targets nothing
+    elif not set_target_modules(r, "lora_target_modules"):
+        raise doc.error(
+            "lora_target_modules", "absent, and lora_target_linear is not true: no layer"
+        )
     saved = doc.names("lora_modules_to_save")
     if saved:
         set_modules_to_save(r, "lora_modules_to_save", saved)

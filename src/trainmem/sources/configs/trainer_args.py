@@ -24,7 +24,7 @@ from trainmem.sources.configs.common import (
     legacy_fsdp_words,
 )
 from trainmem.sources.configs.loader import read_doc
-from trainmem.sources.configs.lora import set_modules_to_save, set_targets
+from trainmem.sources.configs.lora import set_modules_to_save, set_target_modules
 
 TRL = "TRL 1.16.0"
 HF = "transformers 5.24.0"
@@ -199,10 +199,10 @@ def _method(r: Reading, trl: bool) -> None:
     r.keyed("lora_rank", "lora_r", doc.integer, 16, "trl/trainer/model_config.py:107")
     r.keyed("lora_alpha", "lora_alpha", doc.number, 32.0, "trl/trainer/model_config.py:111")
     r.keyed("lora_dropout", "lora_dropout", doc.number, 0.05, "trl/trainer/model_config.py:115")
-    targets = doc.names("lora_target_modules")
-    if targets:
-        set_targets(r, "lora_target_modules", targets)
-    else:  # None: PEFT's per-architecture list, q_proj and v_proj for Llama, Qwen, Mistral
+    # TRL turns a one-item list into its string (trl/trainer/model_config.py:177-178) and
+    # get_peft_config passes it to LoraConfig (trl/trainer/utils.py:280), trl 1.16.0
+    if not set_target_modules(r, "lora_target_modules", one_item_is_string=True):
+        # None: PEFT's per-architecture list, q_proj and v_proj for Llama, Qwen, Mistral
         r.default("lora_targets", "q,v", "peft/utils/constants.py:85, peft 0.21.2")
     saved = doc.names("lora_modules_to_save")
     if saved:
