@@ -48,6 +48,7 @@ def test_auto_loss_follows_the_stack():
         "llama-factory": "standard",
         "loop": "standard",
         "unsloth": "fused",  # Unsloth's own fused loss (test_unsloth_stack.py)
+        "mlx": "standard",  # mlx-lm's default_loss on the full logits (test_mlx_step.py)
     }
     assert plan(stack="trl", loss="standard").loss_kind == "standard"
 

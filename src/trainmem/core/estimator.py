@@ -16,6 +16,7 @@ from trainmem.core.activations import Kernels, autocast_copy_bytes, layer_activa
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.device_peak import DevicePeak, device_peak
 from trainmem.core.losses import loss_head
+from trainmem.core.mlx_step import mlx_runtime_note, mlx_step
 from trainmem.core.offload import checkpoint_offload
 from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes, dtypes
@@ -362,6 +363,36 @@ MOMENTS = {
 }
 
 
+def _mlx_estimate(plan: Plan, spec: ModelSpec, kernels: Kernels, runtime: TargetKind) -> Estimate:
+    """The mlx stack's step (trainmem.core.mlx_step): MLX's CPU kernels off a GPU or when
+    asked (``kernels="cpu"``), Metal's on unified memory. No CUDA runtime is added."""
+    step = mlx_step(plan, spec, gpu_loss=kernels != "cpu" and runtime == "unified")
+    totals = {name: sum(parts.values()) for name, parts in step.phases.items()}
+    peak_phase = max(totals, key=lambda name: totals[name])
+    parts = step.phases[peak_phase]
+    components = tuple(
+        Component(name, int(parts.get(name, 0)), "runtime" if name in RUNTIME else "tensor")
+        for name in COMPONENTS
+    )
+    stack = plan.tooling
+    notes = (*spec.notes, f"stack: {stack.label}: {stack.defaults}", *step.notes)
+    return Estimate(
+        plan=plan,
+        model=spec,
+        components=components,
+        allocated_bytes=totals[peak_phase],
+        device_bytes=totals[peak_phase],
+        peak_phase=peak_phase,
+        phases=totals,
+        breakdown=step.phases,
+        rule_of_thumb_bytes=rule_of_thumb_bytes(spec.params, plan),
+        trainable_params=step.trainable_params,
+        saved_activation_bytes=step.saved_after_forward,
+        notes=(*notes, mlx_runtime_note(runtime)),
+        runtime_kind=runtime,
+    )
+
+
 def estimate(
     plan: Plan,
     spec: ModelSpec,
@@ -380,6 +411,8 @@ def estimate(
     if kernels not in ("cuda", "cpu"):
         raise ValueError(f"kernels must be 'cuda' or 'cpu', not {kernels!r}")
     plan = plan.validated()
+    if plan.tooling.engine == "mlx":
+        return _mlx_estimate(plan, spec, kernels, runtime)
     # On unified memory or a CPU, host RAM is the device: offloading saves nothing there.
     counted = replace(plan, ckpt_offload=False) if runtime != "gpu" else plan
     step = step_sizes(counted, spec, kernels)

@@ -75,6 +75,18 @@ def _checkpointed(plan: Plan) -> bool:
     return plan.grad_ckpt
 
 
+def _mlx(plan: Plan) -> bool:
+    return stack_record(plan.stack).engine == "mlx"
+
+
+def _mlx_adapter(plan: Plan) -> bool:
+    return _mlx(plan) and _adapter(plan)
+
+
+def _mlx_quantized(plan: Plan) -> bool:
+    return _mlx(plan) and method_record(plan.method).quantized_base
+
+
 def _sharded(plan: Plan) -> bool:
     return plan.sharding in ("zero", "fsdp")
 
@@ -335,6 +347,57 @@ class Plan:
             "tokens); without it rows are padded to the longest in the batch",
             advanced=True,
             section=STACK,
+        ),
+    )
+    # The mlx stack's own fields (trainmem.core.mlx_step; mlx-lm 0.32.2 mlx_lm/lora.py).
+    mlx_num_layers: int = plan_field(
+        16,
+        FieldSpec(
+            "int",
+            "MLX layers",
+            "mlx-lm --num-layers: adapters on (or a full fine-tune of) the last N decoder "
+            "layers, 16 by default; -1 or 0 = all; the frozen layers below keep no activations",
+            low=-1,
+            high=65_536,
+            advanced=True,
+            section=STACK,
+            applies=_mlx,
+        ),
+    )
+    dora: bool = plan_field(
+        False,
+        FieldSpec(
+            "bool",
+            "DoRA",
+            "mlx-lm --fine-tune-type dora: LoRA plus a learned magnitude per output row "
+            "(mlx_lm/tuner/dora.py)",
+            advanced=True,
+            section=STACK,
+            applies=_mlx_adapter,
+        ),
+    )
+    mlx_bits: int = plan_field(
+        4,
+        FieldSpec(
+            "choice",
+            "MLX bits",
+            "bits per weight of a model MLX quantized (mlx_lm.convert -q --q-bits; affine)",
+            choices=(2, 3, 4, 5, 6, 8),
+            advanced=True,
+            section=STACK,
+            applies=_mlx_quantized,
+        ),
+    )
+    mlx_group_size: int = plan_field(
+        64,
+        FieldSpec(
+            "choice",
+            "MLX group",
+            "weights per scale and bias in MLX's affine quantization (--q-group-size)",
+            choices=(32, 64, 128),
+            advanced=True,
+            section=STACK,
+            applies=_mlx_quantized,
         ),
     )
     gpus: int = plan_field(

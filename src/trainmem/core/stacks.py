@@ -5,7 +5,8 @@ comparing names, as with training methods (trainmem.core.methods).
 Read from source (docs/research/training-stacks.md has the file:line of each claim): the
 Hugging Face Trainer of transformers 5.24, TRL 1.16's SFTTrainer, axolotl 067b021 and
 LLaMA-Factory ff6d4d1 (both run the Hugging Face Trainer), a hand-written PyTorch loop, and
-Unsloth 015bdef (over TRL's SFTTrainer; its record cites its own files).
+Unsloth 015bdef (over TRL's SFTTrainer; its record cites its own files), and mlx-lm 0.32.2
+on MLX 0.32 (Apple's own framework: its own step model, trainmem.core.mlx_step).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class Stack:
     # Unsloth's LoRA autograd functions replace PEFT's layers on its fast models
     # (trainmem.core.activations unsloth_lora_paths).
     fused_lora: bool = False
+    # The framework the step runs in: "torch" (the step model of trainmem.core.estimator) or
+    # "mlx" (trainmem.core.mlx_step: lazy evaluation, MLX's allocator, its quantization).
+    engine: str = "torch"
 
 
 TRAINER = Stack(
@@ -159,7 +163,21 @@ UNSLOTH = replace(
     "batching on by default (rows as long as their examples)",
 )
 
-STACK_RECORDS = {s.name: s for s in (TRAINER, TRL, AXOLOTL, LLAMA_FACTORY, LOOP, UNSLOTH)}
+# mlx-lm 0.32.2 (ml-explore/mlx-lm) on MLX 0.32: `mlx_lm.lora` (mlx_lm/lora.py train_model,
+# mlx_lm/tuner/trainer.py train). None of the torch fields above apply: its step is modelled
+# by trainmem.core.mlx_step, which cites each part.
+MLX = replace(
+    LOOP,
+    name="mlx",
+    label="mlx-lm 0.32.2 on MLX 0.32 (mlx_lm.lora)",
+    keeps_output=False,
+    engine="mlx",
+    defaults="adapters (or a full fine-tune) on the last 16 layers only (--num-layers); rank "
+    "8, scale 20; Adam; batch 4, max_seq_length 2048; no checkpointing; LoRA weights in fp32; "
+    "QLoRA is a model MLX quantized itself (affine, 4-bit, groups of 64)",
+)
+
+STACK_RECORDS = {s.name: s for s in (TRAINER, TRL, AXOLOTL, LLAMA_FACTORY, LOOP, UNSLOTH, MLX)}
 STACKS = tuple(STACK_RECORDS)
 
 
