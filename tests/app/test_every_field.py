@@ -32,6 +32,7 @@ TEXT_VALUES = {
     "lora_targets": ["q,v", "attention"],
     "device": ["24GB", "h100-80gb,unified:36GB"],
     "modules_to_save": ["lm_head", "embed_tokens,lm_head"],
+    "alloc_conf": ["expandable_segments:True", "max_split_size_mb:512"],
 }
 
 

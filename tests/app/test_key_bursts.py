@@ -42,6 +42,7 @@ TYPED = {
     "max_live_params": "900000000",
     "persistence_threshold": "90000",
     "device": "24GB",
+    "alloc_conf": "expandable_segments:True",
 }
 TEXT_FIELDS = [f for f in PLAN_FIELDS if f.kind not in ("choice", "bool")]
 

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trainmem.cli.output import console, safe
+from trainmem.core.estimator import Estimate
 from trainmem.core.fit import FitResult
 from trainmem.core.units import fmt_bytes, fmt_count
 from trainmem.planner.report import Report, WhatIf
@@ -41,6 +42,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
         f"rule of thumb {fmt_bytes(est.rule_of_thumb_bytes)}, "
         f"trainable {fmt_count(est.trainable_params)}"
     )
+    if est.device_peak is not None:
+        out.print(device_peak_line(est))
     download = report.download
     out.print(
         safe(
@@ -67,6 +70,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
             line.append("; ")
             line.append_text(Text.assemble(*_verdict(peak, "the device peak")))
         out.print(line)
+    if report.first_failure:
+        out.print(safe(f"on {report.targets[0].name} the step fails first {report.first_failure}"))
     host = report.host_fit
     if host is None and (plan.world > 1 or est.host_offloaded_bytes):
         out.print(
@@ -103,6 +108,21 @@ def render_report(report: Report, out: Console | None = None) -> None:
                 out.print(safe(f"     {a.warning}", style="dim"))
     for note in est.notes:
         out.print(safe(f"note: {note}", style="dim"))
+
+
+def device_peak_line(est: Estimate) -> str:
+    """What the device peak is made of, from the allocator's simulation."""
+    peak = est.device_peak
+    assert peak is not None
+    reserve = "measured reserve (calibrated)" if est.runtime_figures.calibrated else "reserved"
+    return (
+        f"device peak = {reserve} {fmt_bytes(est.device_bytes - est.component('CUDA context'))}"
+        f" + CUDA context {fmt_bytes(est.component('CUDA context'))}; the simulated allocator "
+        f"reserves {fmt_bytes(peak.reserved)} at {peak.moment}: blocks "
+        f"{fmt_bytes(peak.allocated)} (cuBLAS workspaces {fmt_bytes(peak.workspaces)}), free in "
+        f"its segments {fmt_bytes(peak.fragmentation)}"
+        + (f", PYTORCH_CUDA_ALLOC_CONF={est.plan.alloc_conf}" if est.plan.alloc_conf else "")
+    )
 
 
 def _verdict(fit: FitResult, judged: str) -> tuple[tuple[str, str], str]:

@@ -104,7 +104,7 @@ def device_peak(
         allocated=sim.allocated[at] if at >= 0 else 0,
         tensors=tensors,
         workspaces=workspace,
-        moment=_moment(at, marks),
+        moment=_moment(sim.oom.event if sim.oom else at, marks),  # the failing one's, if any
         events=len(sequence),
         oom=sim.oom,
     )

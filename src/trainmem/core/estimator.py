@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from trainmem.core.activations import Kernels, autocast_copy_bytes, layer_activations
+from trainmem.core.allocator import Oom
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.device_peak import DevicePeak, device_peak
 from trainmem.core.losses import loss_head
@@ -458,6 +459,21 @@ def estimate(
         gathered_bytes=gathered_now,
         bucket_bytes=step.buckets,
     )
+
+
+def first_failure(est: Estimate, usable_bytes: int) -> tuple[str, Oom] | None:
+    """Where a GPU plan runs out of ``usable_bytes``: the moment and the first allocation
+    the simulated allocator cannot serve once the CUDA context has its share (what PyTorch's
+    OutOfMemoryError reports), or None when the step fits."""
+    if est.device_peak is None or est.device_bytes <= usable_bytes:
+        return None
+    plan, spec = est.plan, est.model
+    capacity = max(0, usable_bytes - est.component("CUDA context"))
+    step = step_sizes(plan, spec)
+    run = device_peak(
+        plan, spec, step, est.allocated_bytes, est.runtime_figures.gpu_family, capacity=capacity
+    )
+    return (run.moment, run.oom) if run.oom is not None else None
 
 
 def _notes(spec: ModelSpec, plan: Plan, runtime: TargetKind, ckpt_host: int) -> tuple[str, ...]:

@@ -316,6 +316,17 @@ def advice(
                 "derived from Unsloth's source, not measured; its offload needs pinned host RAM",
             )
         )
+    # The caching allocator's option (trainmem.core.device_peak): segments that grow in place
+    # instead of new ones beside cached blocks no later request can reuse.
+    if budget.kind == "gpu" and not plan.allocator.expandable_segments:
+        conf = ",".join(x for x in (plan.alloc_conf.strip(), "expandable_segments:True") if x)
+        options.append(
+            (
+                f"set PYTORCH_CUDA_ALLOC_CONF={conf} (fewer bytes reserved but unused)",
+                {"alloc_conf": conf},
+                None,
+            )
+        )
     if plan.world > 1 or plan.sharding != "ddp":
         options += _sharding_options(plan, spec, budget)
     result = []

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.calibration import Calibration
-from trainmem.core.estimator import Estimate, estimate
+from trainmem.core.estimator import Estimate, estimate, first_failure
 from trainmem.core.fit import Budget, FitResult, judge_fit
 from trainmem.core.plan import Plan
 from trainmem.core.target import DeviceTarget
@@ -123,6 +123,23 @@ def download_size(est: Estimate) -> Download:
     return Download(spec.params * DTYPE_BYTES.get(spec.dtype, 2), how, est.judged_bytes)
 
 
+def _allocator_json(est: Estimate) -> dict[str, Any] | None:
+    """The simulated caching allocator at its peak (None off a GPU)."""
+    peak = est.device_peak
+    if peak is None:
+        return None
+    return {
+        "reserved_bytes": peak.reserved,
+        "allocated_bytes": peak.allocated,
+        "fragmentation_bytes": peak.fragmentation,
+        "workspace_bytes": peak.workspaces,
+        "moment": peak.moment,
+        "events": peak.events,
+        "alloc_conf": est.plan.alloc_conf,
+        "reserve_calibrated": est.runtime_figures.calibrated,
+    }
+
+
 @dataclass(frozen=True)
 class Report:
     estimate: Estimate  # on the first device's kind and runtime figures
@@ -135,6 +152,9 @@ class Report:
     # on the rule of thumb, whose verdict alone could pass a plan whose peak does not fit.
     peak_fit: tuple[FitResult, ...] = ()
     budgets: tuple[Budget, ...] = ()  # per target: usable bytes, kind, runtime figures
+    # A GPU plan too big for the first target: where the simulated allocator fails first
+    # ("at backward (last layer), step 2: tried to allocate ..."), as PyTorch would say it.
+    first_failure: str | None = None
 
     @property
     def deciding_fit(self) -> tuple[FitResult, ...]:
@@ -194,6 +214,8 @@ class Report:
                 "device_kind": est.runtime_kind,
                 "phase": est.peak_phase,
                 "phases": est.phases,
+                "allocator": _allocator_json(est),
+                "first_failure": self.first_failure,
             },
             "rule_of_thumb_bytes": est.rule_of_thumb_bytes,
             "need_to_download_ratio": round(download.ratio, 3),
@@ -320,8 +342,18 @@ def build_report(
     if ram is None and ram_targets:
         ram = ram_targets[0].usable_bytes
     host = None if ram is None else judge_fit(est.host_bytes_per_node, "node RAM", ram)
+    failed = first_failure(est, first.usable_bytes) if targets and not peaks[0].fits else None
+    failure = f"at {failed[0]}: {failed[1].summary()}" if failed else None
     if not solve or not targets:
-        return Report(est, tuple(targets), fits, host_fit=host, peak_fit=peaks, budgets=budgets)
+        return Report(
+            est,
+            tuple(targets),
+            fits,
+            host_fit=host,
+            peak_fit=peaks,
+            budgets=budgets,
+            first_failure=failure,
+        )
     from trainmem.core import whatif  # the searches: only when solving, not per keystroke
 
     models = catalog.specs()
@@ -341,4 +373,4 @@ def build_report(
         batch_limit=whatif.BATCH_LIMIT,
     )
     advice = tuple(whatif.advice(plan, spec, first, models))
-    return Report(est, tuple(targets), fits, advice, answers, host, peaks, budgets)
+    return Report(est, tuple(targets), fits, advice, answers, host, peaks, budgets, failure)
