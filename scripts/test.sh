@@ -7,9 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # The measurement harness's tests run real training steps: the CPU build of torch (the wheel
 # `pip install torch==2.13.0` finds beside pip here), transformers, peft and trl. TRAINMEM_NO_TORCH=1
-# skips them for a quick run; CI installs them.
+# skips them (and MLX's CPU build, the mlx extra, for tests/mlx) for a quick run; CI installs them.
 if [ -z "${TRAINMEM_NO_TORCH:-}" ]; then
-    ./scripts/install.sh test,torch-tests torch==2.13.0
+    ./scripts/install.sh test,torch-tests,mlx torch==2.13.0
     mypy_flags=""
 else
     ./scripts/install.sh test
