@@ -36,7 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
-from sequence import encode
+from sequence import pack
 from tracker import StorageTracker, _storage
 
 from trainmem.core.allocator import Alloc, Event, Free, Simulation, simulate
@@ -182,7 +182,7 @@ def run(entry: dict[str, Any], plan: Plan, execution: str) -> dict[str, Any]:
         events, est = synthetic(entry, plan)
         _, synth = _sim(events)
         rec.update(execution=execution, facts=facts, traced=traced, synthetic=synth, estimate=est)
-        rec["sequence"] = encode(tr.events)  # bench/accuracy/compare.py simulates it again
+        rec["sequence"] = pack(tr.events)  # bench/accuracy/compare.py simulates it again
         rec["error_reserved_pct"] = (
             100.0 * (synth["peak_reserved"] - traced["peak_reserved"]) / traced["peak_reserved"]
         )
@@ -341,6 +341,7 @@ NOTES = {
         "trainmem.core.estimator.estimate(plan, spec, 'cpu'): allocated_peak; "
         "device_peak_reserved is the simulated reserve the estimator reports (with workspaces)"
     ),
+    "sequence": "the traced events, packed by bench/measure/sequence.py (pack / unpack)",
     "error_reserved_pct": "(synthetic peak_reserved - traced peak_reserved) / traced, percent",
     "not traced on a CPU": (
         "kernel-internal scratch (cuBLAS/cuDNN workspaces, flash / memory-efficient SDPA "
