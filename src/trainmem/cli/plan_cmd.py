@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from trainmem.cli import plan_trace
 from trainmem.cli.data_report import add_data_arguments, data_report, lengths_json, render_lengths
 from trainmem.cli.plan_args import Planned, add_plan_arguments, planned_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
@@ -30,6 +31,12 @@ def add_parser(sub: Any) -> None:
         "a plan judged on the rule of thumb must also fit on its device peak; the node's RAM "
         "counts where it is known), 0 when it fits, 2 for bad input: a guard for launch scripts",
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also run the plan's real step (the installed transformers / PEFT on fake tensors, "
+        "on the CPU: needs torch) and print the traced device peak beside the analytic one",
+    )
     parser.set_defaults(run=run)
 
 
@@ -43,6 +50,7 @@ def run(ns: argparse.Namespace) -> int:
             planned.plan, resolve_for_args(ns, planned.plan), calibrations=calibrations
         )
         lengths = data_report(ns, report)
+        traced = plan_trace.traced(report) if ns.trace else None
     except (PlanError, ValueError) as exc:
         sys.stderr.write(f"trainmem-tui plan: error: {exc}\n")
         return 2
@@ -61,6 +69,8 @@ def run(ns: argparse.Namespace) -> int:
         out["notes"] = [*out["notes"], *_config_notes(planned)]
         if lengths:
             out["data"] = lengths_json(lengths)
+        if traced is not None:
+            out["trace"] = traced
         json.dump(out, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return status
@@ -71,6 +81,10 @@ def run(ns: argparse.Namespace) -> int:
         print(render_lengths(lengths))
     if ns.from_files or ns.from_args:
         _render_origins(planned)
+    if traced is not None:
+        from trainmem.cli.output import console, safe
+
+        console().print(safe(plan_trace.render(traced)))
     return status
 
 

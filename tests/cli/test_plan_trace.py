@@ -1,0 +1,56 @@
+"""`plan --trace` end to end on a tiny Llama config.json: the real step traced in a child
+process (trainmem.probe.trace) beside the analytic device peak. Needs torch + transformers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from trainmem.cli.main import main
+
+pytestmark = pytest.mark.torch
+
+TINY = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 512,
+    "vocab_size": 4096,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 1024,
+}
+
+
+def test_trace_beside_the_analytic_peak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY))
+    args = ["plan", "--model", str(config), "--method", "full", "--seq-len", "256"]
+    assert main([*args, "--device", "h100-80gb", "--trace", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    trace = out["trace"]
+    assert trace["versions"]["torch"] and trace["versions"]["transformers"]
+    assert trace["events"] > 100
+    assert trace["reserved_bytes"] >= trace["allocated_peak_bytes"] >= trace["allocated_bytes"] > 0
+    assert trace["fragmentation_bytes"] == trace["reserved_bytes"] - trace["allocated_bytes"]
+    assert trace["workspace_bytes"] == 32 * 2**20 + 2**20  # Hopper's cuBLAS + cuBLASLt
+    assert trace["device_peak_bytes"] == trace["reserved_bytes"] + trace["context_bytes"]
+    assert trace["analytic_device_peak_bytes"] == out["peak"]["device_bytes"]
+    # the weights alone are in the trace: 2 B a parameter (bf16) plus AdamW's two states
+    assert trace["allocated_peak_bytes"] > 3 * 2 * out["model"]["params"]
+
+
+def test_untraceable_plan_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY))
+    assert main(["plan", "--model", str(config), "--method", "qlora", "--trace"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err == "trainmem-tui plan: error: trace: method qlora is not traced (full and lora are)\n"
+    )
