@@ -150,7 +150,9 @@ def test_zero_partitions_deepspeed_mixed_precision_states():
     # 16-bit weights and gradients; fp32 master and Adam moments split over 4 GPUs
     assert (st.weights, st.gradients, st.master, st.optimizer) == (2 * P, 2 * P, P, 2 * P)
     p2 = plan(method="full", precision="bf16", zero=2, gpus=4)
-    assert model_states(SPEC, p2, dtypes(p2)).gradients == 2 * P // 4
+    # the worst rank's gradient buffer: its quarter and, whole, the FF x H linear straddling
+    # its end (DeepSpeed 0.19.8 copy_grads_in_partition; the embedding is under a quarter)
+    assert model_states(SPEC, p2, dtypes(p2)).gradients == 2 * (-(-P // 4) + FF * H)
     p3 = plan(method="full", precision="bf16", zero=3, gpus=4, offload="optimizer")
     st3 = model_states(SPEC, p3, dtypes(p3))
     assert (st3.weights, st3.master, st3.optimizer) == (2 * P // 4, 0, 0)

@@ -12,7 +12,7 @@ from trainmem.core.errors import PlanError
 from trainmem.core.estimator import estimate
 from trainmem.core.plan import Plan
 from trainmem.core.precision import dtypes
-from trainmem.core.sharding import layout, units
+from trainmem.core.sharding import layout, units, zero2_gradient_partition, zero_grad_norm
 from trainmem.core.states import model_states
 from trainmem.sources import catalog
 
@@ -55,7 +55,10 @@ def test_zero_stages_hand_computed():
     s1 = states(method="full", zero=1, gpus=4)
     assert (s1.weights, s1.gradients, s1.master, s1.optimizer) == (2 * P, 2 * P, P, 2 * P)
     s2 = states(method="full", zero=2, gpus=4)
-    assert (s2.weights, s2.gradients) == (2 * P, 2 * P // 4)
+    # the worst rank's gradient buffer: its quarter and, whole, the gate/up/down linear
+    # (FF x H) straddling its end (stage_1_and_2.py copy_grads_in_partition); the 1024 x 256
+    # embedding is smaller than a quarter
+    assert (s2.weights, s2.gradients) == (2 * P, 2 * (-(-P // 4) + FF * H))
     s3 = states(method="full", zero=3, gpus=2, nodes=2)  # 4 processes over 2 nodes
     assert (s3.weights, s3.gradients, s3.master, s3.optimizer) == (2 * P // 4, 2 * P // 4, P, 2 * P)
     # step(): an fp32 copy of this process's gradient partition (stage_1_and_2.py:2361)
@@ -218,8 +221,19 @@ def test_model_states_agree_with_deepspeed_zero2_estimate(gpus, nodes):
             continue
         s = states(method="full", zero=2, gpus=gpus, nodes=nodes, offload=offload)
         # 2 params16 + (2 grads16 + 4 grads32 + 4 params32 + 8 moments) / N; the fp32 gradient
-        # is our optimizer_temp (made in step())
-        ours = s.weights + s.gradients + s.master + s.optimizer + s.optimizer_temp
+        # is in our optimizer_temp (made in step()), which DeepSpeed 0.19.8 precedes with an
+        # fp64 norm of the largest gradient slice (sharding.zero_grad_norm): the larger counts
+        n = gpus * nodes
+        fp32_grad = 4 * -(-P // n) if offload == "none" else 0
+        p = plan(method="full", zero=2, gpus=gpus, nodes=nodes, offload=offload)
+        norm = zero_grad_norm(p, SPEC, s.trainable_params) if offload == "none" else 0
+        assert s.optimizer_temp == max(fp32_grad, norm)
+        # DeepSpeed's 2/N of 16-bit gradients; the worst rank holds every parameter that
+        # overlaps its partition whole (sharding.zero2_gradient_partition)
+        grads = 2 * -(-P // n) if offload == "none" else 0
+        if offload == "none":
+            assert s.gradients == 2 * zero2_gradient_partition(p, SPEC, P) >= grads
+        ours = s.weights + grads + s.master + s.optimizer + fp32_grad
         assert ours == pytest.approx(deepspeed_zero2(P, gpus, nodes, offload != "none"), abs=8)
 
 

@@ -37,6 +37,8 @@ from trainmem.core.sharding import (
     host_memory,
     layout,
     zero_buckets,
+    zero_grad_norm,
+    zero_offload_clone,
 )
 from trainmem.core.states import (
     model_states,
@@ -213,8 +215,17 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
     gathered_weights = stored_weight_bytes(spec, plan, precision.computed())
     gather = gathered(plan, spec, precision, gathered_weights, trainable_layer, adapters)
     buckets = ddp_buckets(plan, states.gradients)
+    tied_sum = 2 * grad_head if method.trains_base and spec.tied_embeddings else 0
+    if tied_sum and lay.strategy == "zero" and plan.zero == 2 and plan.offload == "none":
+        # ZeRO-2's sum of the tied weight's two whole gradients is none of its partition
+        # buffer (sharding.zero2_gradient_partition): old, new and sum (measured)
+        tied_sum = 3 * head_full
+    root_reduce = 0
     if lay.strategy == "zero":  # DeepSpeed's 16-bit gradients under its bf16 / fp16
         buckets += zero_buckets(plan, spec, precision.reduce)
+        if plan.offload == "optimizer":  # at the last (largest) gradient: its clone, fp64 norm
+            root_reduce = zero_offload_clone(plan, spec, precision.reduce)
+            root_reduce += zero_grad_norm(plan, spec, states.trainable_params)
     reentrant = plan.tooling.reentrant_ckpt
     offload = checkpoint_offload(plan, spec, compute.resid)
     if plan.grad_ckpt:
@@ -252,7 +263,7 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
         grad_head=grad_head,
         grad_embed=grad_embed,
         grad_layer=grad_layer,
-        tied_sum=2 * grad_head if method.trains_base and spec.tied_embeddings else 0,
+        tied_sum=tied_sum,
         kept_output=kept_output,
         cache=cache,
         cache_is_saved=cache_is_saved,
@@ -266,7 +277,7 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
         root_reduce=(
             root_elements * (precision.reduce if method.trains_base else root_e)
             if lay.strategy == "fsdp"
-            else 0
+            else root_reduce
         ),
         ckpt_buffer=offload.gpu_buffer,
         ckpt_last=offload.last_input,

@@ -129,7 +129,50 @@ def zero_buckets(plan: Plan, spec: ModelSpec, grad_bytes: int) -> int:
     if plan.offload == "params" or plan.zero == 0:
         return 0 if plan.zero == 0 else zero_reduce_bucket(plan, spec) * grad_bytes
     count = 1 if plan.zero == 3 or not plan.overlap_comm else 2
-    return count * zero_reduce_bucket(plan, spec) * grad_bytes
+    staging = 0
+    if plan.offload == "optimizer" and plan.zero in (1, 2):
+        # DeepSpeed 0.19.8 stage_1_and_2.py:659-661: under cpu_offload a persistent
+        # temp_grad_buffer_for_gpu_offload of the largest parameter's numel in the 16-bit
+        # dtype stays on the GPU (measured: bench/results/measure-cpu-deepspeed.json)
+        staging = units(spec, plan).largest_module * grad_bytes
+    return count * zero_reduce_bucket(plan, spec) * grad_bytes + staging
+
+
+def zero_grad_norm(plan: Plan, spec: ModelSpec, trainable: int) -> int:
+    """ZeRO 1-2 norm each gradient slice of this rank's partition in fp64 (DeepSpeed 0.19.8
+    runtime/zero/utils.py get_norm_dtype): in step() before the fp32 gradient partition
+    exists (stage_1_and_2.py:2684 get_grad_norm_direct), or under cpu_offload as each
+    gradient is ready (:1886 set_norm_for_param_grad_in_gpu). One fp64 copy at a time: the
+    largest slice, min(largest parameter, partition)."""
+    if plan.sharding != "zero" or plan.zero not in (1, 2):
+        return 0
+    return 8 * min(units(spec, plan).largest_module, divided(trainable, layout(plan).world))
+
+
+def zero2_gradient_partition(plan: Plan, spec: ModelSpec, trainable: int) -> int:
+    """Gradient elements ZeRO-2 keeps on the worst rank: copy_grads_in_partition (DeepSpeed
+    0.19.8 stage_1_and_2.py:2184-2200) sizes grads_in_partition to every parameter that
+    overlaps the rank's partition, whole. The flat buffer starts with the embedding
+    (model.parameters() order), so when it is larger than a partition the rank holding its
+    end keeps all of it and the rest of its own partition; one layer parameter may straddle
+    the far end."""
+    n = layout(plan).world
+    part = divided(trainable, n)
+    embedding = spec.vocab * spec.hidden
+    layer_largest = max((lin.out_features * lin.in_features for lin in spec.linears()), default=0)
+    worst = (embedding // part + 1) * part if embedding > part else part
+    return min(trainable, worst + layer_largest)
+
+
+def zero_offload_clone(plan: Plan, spec: ModelSpec, grad_bytes: int) -> int:
+    """Under ZeRO-2 cpu_offload a gradient larger than reduce_bucket_size bypasses the
+    bucket as a clone of itself (DeepSpeed 0.19.8 stage_1_and_2.py:1443-1446,
+    _offload_gradient_safety_enabled): the largest parameter's, alive with its fp64 norm.
+    Stage 1 keeps every gradient whole already; the clone replaces the original there."""
+    if plan.sharding != "zero" or plan.zero != 2 or plan.offload != "optimizer":
+        return 0
+    largest = units(spec, plan).largest_module
+    return largest * grad_bytes if largest > zero_reduce_bucket(plan, spec) else 0
 
 
 def ddp_buckets(plan: Plan, trainable_grad_bytes: int) -> int:

@@ -20,6 +20,8 @@ from trainmem.core.sharding import (
     full_plan,
     layout,
     offloaded_states,
+    zero2_gradient_partition,
+    zero_grad_norm,
 )
 
 # bitsandbytes NF4 (bitsandbytes/functional.py quantize_4bit, blocksize 64 as transformers
@@ -236,6 +238,8 @@ def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
         # stage_1_and_2.py:2361 (stage3.py per sub-group): step() makes an fp32 copy of this
         # process's gradient partition for the fp32 master; ZeRO-Offload makes it on the CPU.
         fp32_grads = 4 * min(divided(trainable, n if lay.optimizer else 1), SUB_GROUP_SIZE)
+        # ZeRO 1-2 take the gradients' fp64 norm first, one slice at a time
+        fp32_grads = max(fp32_grads, zero_grad_norm(plan, spec, trainable))
 
     def share(total: int) -> int:
         """This process's part of a trainable state: FSDP2 pads each parameter's dim 0 (a
@@ -247,7 +251,9 @@ def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
 
     if lay.optimizer:
         master, optimizer = divided(master, n), share(optimizer)
-    if lay.gradients:
+    if lay.gradients and lay.strategy == "zero" and plan.zero == 2 and master and trainable:
+        gradients = gradients * zero2_gradient_partition(plan, spec, trainable) // trainable
+    elif lay.gradients:
         gradients = share(gradients)
     if lay.weights:
         weights = _sharded_weights(spec, plan, weights, n)

@@ -39,7 +39,9 @@ class Step:
     buckets: int = 0  # ZeRO / DDP gradient buckets, alive from the first backward on
     grad_inflight: int = -1  # one layer's unsharded gradient in backward (-1: grad_layer)
     embedding_grads: int = -1  # gradients alive at the embedding's backward (-1: all)
-    root_reduce: int = 0  # FSDP: the root's reduce-scatter input, in the reduce dtype
+    # at the embedding's backward: FSDP's root reduce-scatter input (in the reduce dtype);
+    # ZeRO 1-2 offload's clone of the largest gradient and its fp64 norm (sharding.py)
+    root_reduce: int = 0
     # Unsloth's checkpoint offload (trainmem.core.offload): its GPU reload buffer, alive at
     # every moment, and the last layer's input, kept until that layer's backward.
     ckpt_buffer: int = 0
