@@ -12,7 +12,13 @@ from trainmem.core.errors import PlanError
 from trainmem.core.estimator import estimate
 from trainmem.core.plan import Plan
 from trainmem.core.precision import dtypes
-from trainmem.core.sharding import layout, units, zero2_gradient_partition, zero_grad_norm
+from trainmem.core.sharding import (
+    layout,
+    units,
+    zero2_gradient_partition,
+    zero3_reused_layers,
+    zero_grad_norm,
+)
 from trainmem.core.states import model_states
 from trainmem.sources import catalog
 
@@ -162,12 +168,27 @@ def test_zero3_live_parameters_are_prefetch_bounded():
     u = units(SPEC, small)
     est = estimate(small, SPEC)
     shard = model_states(SPEC, small, dtypes(small)).weights
-    live = est.breakdown["forward"]["weights"] - shard
+    first = "backward (first layer)"  # the layers above are released by then
+    live = est.breakdown[first]["weights"] - shard
     assert live == 2 * (u.largest_module + 1000 + u.persistent)
     capped = estimate(replace(small, max_live_params=10), SPEC)
-    assert capped.breakdown["forward"]["weights"] - shard == 2 * (
-        u.largest_module + 10 + u.persistent
-    )
+    assert capped.breakdown[first]["weights"] - shard == 2 * (u.largest_module + 10 + u.persistent)
+    # from forward to the last layer's backward, layers used again within
+    # stage3_max_reuse_distance (1e9) stay gathered: every layer of this small model
+    kept = u.largest_module + 1000 + u.persistent + LAYERS * u.layer
+    assert est.breakdown["forward"]["weights"] - shard == 2 * min(P, kept)
+
+
+def test_zero3_reuse_distance_keeps_the_last_layers_gathered():
+    # hand-computed: a layer is kept when 2 x (layers above) x layer + 2 x lm_head < 1e9
+    head = 128_256 * 4096  # Llama-3-8B-like lm_head: 525M, so 2 x head > 1e9
+    spec8 = replace(SPEC, vocab=128_256, hidden=4096, layers=32)
+    assert zero3_reused_layers(spec8, replace(units(SPEC, plan()), layer=218_112_000)) == 0
+    spec_small_head = replace(SPEC, vocab=32_000, hidden=4096, layers=32)  # head 131M
+    u = replace(units(SPEC, plan()), layer=202_383_360)  # a 7B layer
+    # (1e9 - 2 x 131,072,000) // (2 x 202,383,360) + 1 = 1 + 1
+    assert zero3_reused_layers(spec_small_head, u) == 2
+    assert head > 0
 
 
 def test_activations_and_logits_are_never_divided():

@@ -226,6 +226,11 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
         if plan.offload == "optimizer":  # at the last (largest) gradient: its clone, fp64 norm
             root_reduce = zero_offload_clone(plan, spec, precision.reduce)
             root_reduce += zero_grad_norm(plan, spec, states.trainable_params)
+    early_grads = head.early_head_grad
+    if lay.strategy == "zero" and plan.zero == 3 and plan.offload == "none":
+        # ZeRO-3's 16-bit gradient partitions are one buffer made at init (DeepSpeed 0.19.8
+        # stage3.py:791 grad_partitions_flat_buffer), alive through forward too
+        early_grads += states.gradients
     reentrant = plan.tooling.reentrant_ckpt
     offload = checkpoint_offload(plan, spec, compute.resid)
     if plan.grad_ckpt:
@@ -267,7 +272,7 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
         kept_output=kept_output,
         cache=cache,
         cache_is_saved=cache_is_saved,
-        early_head_grad=head.early_head_grad,
+        early_head_grad=early_grads,
         gathered=gather,
         buckets=buckets,
         grad_inflight=gather.layer_grad_inflight if lay.weights else -1,
@@ -523,8 +528,8 @@ def _sharding_notes(plan: Plan) -> list[str]:
         notes.append(f"{plan.sharding} on one GPU shards nothing; it only adds its buffers")
     if lay.strategy == "zero":
         notes.append(
-            "DeepSpeed ZeRO is derived from its source (edaa722), not measured: gradient "
-            "buckets, stage-3 live and persistent parameters, fp32 gradient partition"
+            "DeepSpeed ZeRO follows 0.19.8's source, measured per rank on its CPU "
+            "accelerator (real gloo runs); NCCL's own buffers are not counted"
         )
     if lay.strategy == "ddp":
         notes.append("DDP keeps a bucket copy of every gradient (derived from torch's source)")

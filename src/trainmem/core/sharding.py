@@ -1,7 +1,8 @@
 """What data-parallel sharding leaves on each GPU and puts in each node's host RAM.
 
 One function per component; each cites the source it follows. Versions read: torch 2.13.0
-(torch/distributed/fsdp, torch/nn/parallel), DeepSpeed edaa722 (deepspeed/runtime/zero),
+(torch/distributed/fsdp, torch/nn/parallel), DeepSpeed edaa722 and 0.19.8 (deepspeed/runtime/zero;
+the ZeRO parts checked against 0.19.8 runs, bench/measure/deepspeed_zero.py),
 transformers 5.24 (integrations/deepspeed.py), accelerate 1.15.0.
 
 The FSDP units are what accelerate's and the Trainer's transformer auto-wrap policy makes:
@@ -273,6 +274,23 @@ def fsdp_gathered(
     )
 
 
+# deepspeed/runtime/zero/config.py:251 stage3_max_reuse_distance (0.19.8), which neither the
+# Trainer's "auto" nor the usual configs change
+MAX_REUSE_DISTANCE = 1_000_000_000
+
+
+def zero3_reused_layers(spec: ModelSpec, u: Units) -> int:
+    """Decoder layers ZeRO-3 keeps gathered from their forward to their backward: a module's
+    parameters are not released when the trace uses them again within
+    stage3_max_reuse_distance parameters (DeepSpeed 0.19.8 partitioned_param_coordinator.py
+    :653-666 __params_to_release). Layer k is used again in its backward, after the layers
+    above it twice and the lm_head's forward and backward; the last layers stay."""
+    head = spec.vocab * spec.hidden
+    if not u.layer or 2 * head >= MAX_REUSE_DISTANCE:
+        return 0
+    return min(spec.layers, (MAX_REUSE_DISTANCE - 2 * head) // (2 * u.layer) + 1)
+
+
 def zero3_gathered(
     plan: Plan, spec: ModelSpec, u: Units, per_elem: float, grad_bytes: int
 ) -> Gathered:
@@ -283,14 +301,16 @@ def zero3_gathered(
     (stage3.py:1533-1548). DeepSpeed's own estimate counts this as 4 x largest layer
     (stage3.py:3755)."""
     live = round((u.largest_module + zero3_prefetch(plan, spec) + u.persistent) * per_elem)
-    live = min(live, round(spec.params * per_elem))  # never more than the whole model
+    whole = round(spec.params * per_elem)
+    live = min(live, whole)  # never more than the whole model
+    kept = min(whole, live + round(zero3_reused_layers(spec, u) * u.layer * per_elem))
     # stage3.py: fetched parameters are released after their module's backward; the
     # persistent ones stay gathered through the step.
     persistent = round(u.persistent * per_elem)
     return Gathered(
-        forward=live,
-        loss_backward=live,
-        backward_last=live,
+        forward=kept,
+        loss_backward=kept,
+        backward_last=kept,
         backward_first=live,
         embedding=live,
         layer_grad_inflight=u.largest_module * grad_bytes if plan.trains_lm_head else 0,
