@@ -161,7 +161,7 @@ def zero2_gradient_partition(plan: Plan, spec: ModelSpec, trainable: int) -> int
     part = divided(trainable, n)
     embedding = spec.vocab * spec.hidden
     layer_largest = max((lin.out_features * lin.in_features for lin in spec.linears()), default=0)
-    worst = (embedding // part + 1) * part if embedding > part else part
+    worst = -(-embedding // part) * part if embedding > part else part  # up to the end rank's end
     return min(trainable, worst + layer_largest)
 
 
