@@ -118,3 +118,23 @@ def test_what_mlx_does_not_have() -> None:
 def test_plan_round_trips_with_the_mlx_fields() -> None:
     p = plan(method="qlora", mlx_bits=8, mlx_group_size=128, dora=True, mlx_num_layers=-1)
     assert Plan.from_dict(p.to_dict()) == p
+
+
+def test_loss_peak_holds_four_logits_and_the_last_layers_backward() -> None:
+    # The peak (bench/results/mlx_peak_terms.txt, measured in the real step): the saves, 4
+    # logits-sized buffers of the model's dtype, and one more layer's LoRA saves (the last
+    # layer's backward, started while the loss's buffers are alive).
+    tokens, d = 128 * 2, 2  # the plan's bf16 model; LoRA's input copies are fp32
+    lora_in = H + Q + H + FF  # q/k/v share the norm's output; o; gate/up share; down
+    per_token = (2 * H + Q + 2 * KV + 4 * FF) * d + lora_in * 4 + 7 * 8 * 4
+    layer = tokens * per_token + 2 * 8 * 128**2 * d  # + the attention probabilities
+    for n in (2, 4):
+        est = estimate(plan(mlx_num_layers=n), SPEC, "cpu", "system")
+        assert est.peak_phase == "loss backward"
+        parts = est.breakdown["loss backward"]
+        assert parts["logits"] == 4 * tokens * V * d
+        assert parts["activations"] == n * layer + tokens * H * d + layer
+    # DoRA's adapted outputs are in its saves, not in the last layer's backward
+    lora = estimate(plan(), SPEC, "cpu", "system").breakdown["loss backward"]
+    dora = estimate(plan(dora=True), SPEC, "cpu", "system").breakdown["loss backward"]
+    assert dora["activations"] - lora["activations"] == 4 * tokens * sum(o for _, o in LINEARS) * d

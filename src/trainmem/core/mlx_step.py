@@ -24,36 +24,41 @@ What differs from the PyTorch stacks:
 - The step (mlx_lm/tuner/trainer.py train): ``nn.value_and_grad`` of ``default_loss`` and
   ``optimizer.update`` inside one ``mx.compile``d function, evaluated lazily by
   ``mx.eval(state, ...)``. A buffer lives until the last array that reads it is evaluated
-  (and elementwise ops donate their inputs' buffers), so the peak is the end of forward /
-  the loss's backward: the trained layers' saves, the loss's logits-sized buffers and, under
-  ``grad_checkpoint`` (mx.checkpoint around every layer's __call__), each layer's input plus
-  one layer's recomputation, which the evaluation order runs while the loss's buffers are
-  alive (measured: bench/results/measure-cpu-mlx.json). The update itself runs in place.
+  (and elementwise ops donate their inputs' buffers), so the peak is the loss's backward:
+  the trained layers' saves (under ``grad_checkpoint``, mx.checkpoint around every layer's
+  __call__, each layer's input plus the last layer's recomputation), the loss's
+  logits-sized buffers, and the last layer's backward working set, about one more layer's
+  saves (LoRA's, without DoRA's outputs), which the evaluation order starts while the
+  loss's buffers are still alive. The last two are measured, not read: the real step with
+  one size varied at a time (bench/measure/mlx_peak_terms.py, its output in
+  bench/results/mlx_peak_terms.txt). The update itself runs in place.
 - Optimizers (mlx/optimizers/optimizers.py): Adam and AdamW keep m and v in the parameter's
   dtype; SGD always creates v (init_single), used or not; Adafactor keeps a row and a column
   factor per matrix (no first moment by default).
 - The loss (trainer.py default_loss: ``nn.losses.cross_entropy`` on the full logits, in the
-  model's dtype). Off the GPU it is built from ops (mlx/nn/losses.py); compiled on MLX's CPU
-  build its peak holds 5 fp32 or 7 16-bit logits-sized buffers (measured by
-  bench/measure/mlx_loss_head.py, the exact figures in its output). On a Mac's GPU it is
-  ``mx.fast.cross_entropy``, one fused kernel; its source is not in the MLX tree read here
-  (ml-explore/mlx 846d176, 0.32.2), so it is counted as the logits and their gradient,
-  derived, not measured.
+  model's dtype). Off the GPU it is built from ops (mlx/nn/losses.py: the shifted logits,
+  logsumexp and take_along_axis; their vjps an exp and a scatter, each logits-sized); in the
+  whole compiled step on MLX's CPU build its peak holds 4 logits-sized buffers in fp32 and
+  in 16-bit alike (the vocabulary doubled, mlx_peak_terms.py; a cross-entropy head compiled
+  alone holds 5 and 7, bench/results/mlx_loss_head.txt at 84a9883: not what the step does).
+  On a Mac's GPU it is ``mx.fast.cross_entropy``, one fused kernel; its source is not in
+  the MLX tree read here (ml-explore/mlx 846d176, 0.32.2), so it is counted as the logits
+  and their gradient, derived, not measured.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainmem.core.architecture import Linear, ModelSpec
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
 
 LORA_BYTES = 4  # mlx-lm's adapters are float32 (tuner/lora.py, tuner/dora.py)
-# Logits-sized buffers alive at the peak of MLX's compiled cross-entropy and its gradient
-# (bench/measure/mlx_loss_head.py on MLX 0.32.4's CPU build, in units of one logits tensor
-# of that dtype), and on the GPU's fused kernel (the logits and their gradient; derived).
-CPU_LOSS_BUFFERS = {4: 5, 2: 7}
+# Logits-sized buffers alive at the step's peak: MLX 0.32.4's CPU build, measured in the whole
+# compiled step (bench/measure/mlx_peak_terms.py), in units of one logits tensor of the
+# model's dtype; and on the GPU's fused kernel (the logits and their gradient; derived).
+CPU_LOSS_BUFFERS = 4
 METAL_LOSS_BUFFERS = 2
 OPTIMIZERS = ("adamw", "sgd", "adafactor")  # Adam / AdamW, SGD, Adafactor in mlx.optimizers
 
@@ -204,9 +209,11 @@ def mlx_step(plan: Plan, spec: ModelSpec, gpu_loss: bool) -> MlxStep:
         kept, recompute = tokens * spec.hidden * d, layer
     else:
         kept, recompute = layer, 0
+    # the last layer's backward working set, alive with the loss's buffers (measured)
+    last_backward = tokens * _per_token_saves(replace(plan, dora=False), spec, d) + scores
     final_norm = tokens * spec.hidden * d
     logits = tokens * spec.vocab * d
-    loss = logits * (METAL_LOSS_BUFFERS if gpu_loss else CPU_LOSS_BUFFERS[d])
+    loss = logits * (METAL_LOSS_BUFFERS if gpu_loss else CPU_LOSS_BUFFERS)
     saved = n * kept + final_norm
 
     adapter = 0 if plan.training.trains_base else trainable  # a full fine-tune's are weights
@@ -225,7 +232,7 @@ def mlx_step(plan: Plan, spec: ModelSpec, gpu_loss: bool) -> MlxStep:
 
     phases = {
         "forward": alive(saved + recompute, logits, 0),
-        "loss backward": alive(saved + recompute, loss, 0),
+        "loss backward": alive(saved + recompute + last_backward, loss, 0),
         "backward (first layer)": alive(kept + recompute, 0, grads),
         "optimizer step": alive(0, 0, grads),
     }
