@@ -1,6 +1,7 @@
 """Plans from the training configs people already have (``--from FILE``, ``--from-args``):
 axolotl and LLaMA-Factory YAML, TRL SFTConfig / Hugging Face TrainingArguments (YAML, JSON
-or a command line), DeepSpeed JSON and accelerate config YAML. See detect.read_configs.
+or a command line), DeepSpeed JSON, accelerate config YAML and mlx-lm's LoRA config and
+command line. See detect.read_configs.
 
 The readers (and PyYAML) load on first use: the CLI and the dashboard import this package's
 merge rule at start-up, before any config is read."""

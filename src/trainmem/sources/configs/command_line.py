@@ -2,9 +2,10 @@
 (accelerate launch, torchrun, deepspeed) and the program's ``--key value`` arguments.
 
 The program decides the reader: `trl sft` is TRL's; `llamafactory-cli train FILE` and
-`axolotl train FILE` read FILE with the command's keys on top; any other script (train.py,
-``-m module``) takes HfArgumentParser-style arguments, read as TrainingArguments (TRL's when
-it has a TRL key). ``--config FILE`` (TRL) is read the same way.
+`axolotl train FILE` read FILE with the command's keys on top; `mlx_lm.lora` and
+`python -m mlx_lm lora` are mlx-lm's (its --config FILE under its options); any other
+script (train.py, ``-m module``) takes HfArgumentParser-style arguments, read as
+TrainingArguments (TRL's when it has a TRL key). ``--config FILE`` (TRL) is read the same way.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def parse(text: str, name: str = NAME) -> Command:
     if not tokens:
         raise PlanError(name, "names no program after the launcher")
     head = tokens.pop(0)
-    if head in ("trl", "llamafactory-cli", "axolotl", "lmf") and tokens:
+    if head in ("trl", "llamafactory-cli", "axolotl", "lmf", "mlx_lm") and tokens:
         head = f"{head} {tokens.pop(0)}"
         if (
             head.split()[0] in ("llamafactory-cli", "lmf", "axolotl")

@@ -19,6 +19,7 @@ from trainmem.sources.configs import (
     command_line,
     deepspeed,
     llama_factory,
+    mlx_lm,
     shell_script,
     trainer_args,
     unsloth_script,
@@ -41,6 +42,7 @@ def _readers() -> dict[str, tuple[Callable[[Doc], int], Reader]]:
         "axolotl": (axolotl.looks_like, lambda d: axolotl.read(d, read_named)),
         "LLaMA-Factory": (llama_factory.looks_like, lambda d: llama_factory.read(d, read_named)),
         "DeepSpeed": (deepspeed.looks_like, deepspeed.read),
+        "mlx-lm": (mlx_lm.looks_like, mlx_lm.read),
         "accelerate": (accelerate.looks_like, lambda d: accelerate.read(d, read_named)),
         "TrainingArguments": (
             trainer_args.looks_like,
@@ -57,9 +59,9 @@ def detect(doc: Doc) -> str:
         raise PlanError(
             FIELD,
             f"{doc.name}: not a training config trainmem reads (no key of axolotl, "
-            "LLaMA-Factory, TRL/TrainingArguments, DeepSpeed or accelerate, such as "
-            "base_model, finetuning_type, per_device_train_batch_size, zero_optimization "
-            "or distributed_type)",
+            "LLaMA-Factory, TRL/TrainingArguments, DeepSpeed, accelerate or mlx-lm, such as "
+            "base_model, finetuning_type, per_device_train_batch_size, zero_optimization, "
+            "distributed_type or fine_tune_type)",
         )
     return best
 
@@ -99,6 +101,8 @@ def read_command(text: str, cwd: Path | None = None, name: str = command_line.NA
             f"`{cmd.program}` is not planned: only `trl sft` (supervised fine-tuning) is; "
             "DPO, KTO, reward and GRPO steps hold reference models, pairs or generations",
         )
+    if program[0] == "mlx_lm" and program[1:] != ["lora"]:
+        raise PlanError(name, f"`{cmd.program}` is not planned: only `mlx_lm lora` trains")
     here = (cwd or Path.cwd()) / "command"  # paths in a command are the shell's
     args_doc = Doc(name, cmd.args, {}, here, command=True)
     data: dict[str, Any] = dict(cmd.args)
@@ -115,7 +119,9 @@ def read_command(text: str, cwd: Path | None = None, name: str = command_line.NA
     if trl:  # what SFTConfig does not take goes to accelerate launch (cli/commands/training.py)
         launch = _trl_launch(data, doc_name, lines, path, shown_as)
     doc = Doc(doc_name, data, lines, path, shown_as, command=not cmd.config_file)
-    if program[0] in ("llamafactory-cli", "lmf"):  # --key value too (hparams/parser.py)
+    if program[0] in ("mlx_lm", "mlx_lm.lora"):
+        plan = mlx_lm.read(doc)  # options over the --config file's keys (lora.py main)
+    elif program[0] in ("llamafactory-cli", "lmf"):  # --key value too (hparams/parser.py)
         plan = llama_factory.read(doc, read_named)
         launch = _llama_factory_launch(cmd, name, here)
     elif program[0] == "axolotl":
