@@ -344,7 +344,9 @@ def host_memory(
     return Host(plan.gpus * (offloaded_per_gpu + ckpt_offload_per_gpu), loaders * load_bytes)
 
 
-def offloaded_states(plan: Plan, weights: int, gradients: int, master: int, optimizer: int) -> int:
+def offloaded_states(
+    plan: Plan, weights: int, gradients: int, master: int, optimizer: int, largest: int = 0
+) -> int:
     """One process's offloaded states (unsharded sizes in, the shard out).
     ZeRO-Offload keeps the fp32 master partition, the optimizer states and an fp32 gradient
     partition on the CPU (stage_1_and_2.py: single_partition_of_fp32_groups and its .grad on
@@ -352,7 +354,12 @@ def offloaded_states(plan: Plan, weights: int, gradients: int, master: int, opti
     16-bit parameter and gradient partitions too (stage3.py:742-746,
     lp_grad_partitions_flat_pin_buffers). FSDP's CPUOffload(offload_params=True) keeps the
     sharded parameters and gradients on the CPU, and the optimizer steps there
-    (torch/distributed/fsdp/api.py CPUOffload)."""
+    (torch/distributed/fsdp/api.py CPUOffload). ``largest``: the largest parameter's
+    elements. Measured on DeepSpeed 0.19.8 (bench/results/measure-cpu-deepspeed.json), the
+    host also holds, for ZeRO 1-2, a 16-bit copy of the largest parameter's gradient
+    (stage_1_and_2.py:653 temp_grad_buffer_for_cpu_offload) and a 16-bit partition staging
+    buffer (:567-575 param_buffer_of_bit16_for_cpu_offload_groups); for ZeRO-3 the 16-bit
+    gradient partitions (stage3.py:791 grad_partitions_flat_buffer on the offload device)."""
     lay = layout(plan)
     n = lay.shard
     if plan.offload == "none":
@@ -363,6 +370,10 @@ def offloaded_states(plan: Plan, weights: int, gradients: int, master: int, opti
     states = divided(master, n) + divided(optimizer, n) + fp32_grads
     if plan.offload == "params":
         states += divided(weights, n) + divided(gradients, n)
+    elif plan.zero == 3:
+        states += divided(gradients, n)
+    else:  # in the model's dtype: 16-bit beside an fp32 master, else fp32
+        states += (2 if master else 4) * largest + divided(weights, n)
     return states
 
 

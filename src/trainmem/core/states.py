@@ -258,7 +258,8 @@ def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
     if lay.weights:
         weights = _sharded_weights(spec, plan, weights, n)
         adapter = share(adapter)  # trainable weights are sharded like the rest
-    offloaded = offloaded_states(plan, full[0] + adapter, *full[1:])
+    largest = max((m.rows * m.cols for m in mats + saved), default=0)
+    offloaded = offloaded_states(plan, full[0] + adapter, *full[1:], largest=largest)
     if plan.offload != "none":
         # ZeRO-Offload keeps master, states and the gradient partition on the CPU; FSDP's
         # CPUOffload the sharded weights and gradients too.
