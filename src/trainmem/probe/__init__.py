@@ -8,6 +8,9 @@
     probe = RunProbe(model=model, optimizer=opt)
     with probe.step(): ...
 
+    from trainmem.probe.mlx_callback import TrainmemMlxCallback   # mlx-lm's trainer
+    train(model, optimizer, ..., training_callback=TrainmemMlxCallback(model=model))
+
 Importing this package imports neither torch nor transformers (nor the dashboard's
 dependencies): ``TrainmemCallback`` loads transformers when it is first named, ``RunProbe``
 loads torch at the first step.
