@@ -285,6 +285,13 @@ def mlx_section(rows: list[dict[str, Any]]) -> list[str]:
         "",
         f"{s['n']} steps: median {s['median']:.2f}%, worst {s['worst']:.2f}%.",
         "",
+        "The step's peak beyond the saves (4 logits buffers; the last layer's backward "
+        "started while they are alive) is measured by bench/measure/mlx_peak_terms.py "
+        "(bench/results/mlx_peak_terms.txt). Known residuals: DoRA with checkpointing peaks "
+        "at the saves, one recomputed layer and the loss, without the last layer's backward "
+        "on top (over by 6-13%; why MLX's evaluation order differs there is not found); "
+        "full fine-tunes are 3-6% under (not found).",
+        "",
         "| fine-tune | n | median | worst |",
         "|---|---|---|---|",
     ]

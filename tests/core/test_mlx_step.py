@@ -123,17 +123,20 @@ def test_plan_round_trips_with_the_mlx_fields() -> None:
 def test_loss_peak_holds_four_logits_and_the_last_layers_backward() -> None:
     # The peak (bench/results/mlx_peak_terms.txt, measured in the real step): the saves, 4
     # logits-sized buffers of the model's dtype, and one more layer's LoRA saves (the last
-    # layer's backward, started while the loss's buffers are alive).
+    # layer's backward, started while the loss's buffers are alive); tuner/lora.py's
+    # ``(scale * z).astype(x.dtype)`` makes the adapted outputs' gradients fp32 on a bf16 model.
     tokens, d = 128 * 2, 2  # the plan's bf16 model; LoRA's input copies are fp32
     lora_in = H + Q + H + FF  # q/k/v share the norm's output; o; gate/up share; down
     per_token = (2 * H + Q + 2 * KV + 4 * FF) * d + lora_in * 4 + 7 * 8 * 4
     layer = tokens * per_token + 2 * 8 * 128**2 * d  # + the attention probabilities
+    # the last layer's backward: a layer's saves, and LoRA's fp32 branch's output gradients
+    last = layer + tokens * sum(o for _, o in LINEARS) * 4
     for n in (2, 4):
         est = estimate(plan(mlx_num_layers=n), SPEC, "cpu", "system")
         assert est.peak_phase == "loss backward"
         parts = est.breakdown["loss backward"]
         assert parts["logits"] == 4 * tokens * V * d
-        assert parts["activations"] == n * layer + tokens * H * d + layer
+        assert parts["activations"] == n * layer + tokens * H * d + last
     # DoRA's adapted outputs are in its saves, not in the last layer's backward
     lora = estimate(plan(), SPEC, "cpu", "system").breakdown["loss backward"]
     dora = estimate(plan(dora=True), SPEC, "cpu", "system").breakdown["loss backward"]

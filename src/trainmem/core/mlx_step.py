@@ -28,7 +28,8 @@ What differs from the PyTorch stacks:
   the trained layers' saves (under ``grad_checkpoint``, mx.checkpoint around every layer's
   __call__, each layer's input plus the last layer's recomputation), the loss's
   logits-sized buffers, and the last layer's backward working set, about one more layer's
-  saves (LoRA's, without DoRA's outputs), which the evaluation order starts while the
+  saves (LoRA's, without DoRA's outputs; on a 16-bit model plus the fp32 gradient of each
+  adapted output, LoRA's branch being fp32), which the evaluation order starts while the
   loss's buffers are still alive. The last two are measured, not read: the real step with
   one size varied at a time (bench/measure/mlx_peak_terms.py, its output in
   bench/results/mlx_peak_terms.txt). The update itself runs in place.
@@ -209,8 +210,13 @@ def mlx_step(plan: Plan, spec: ModelSpec, gpu_loss: bool) -> MlxStep:
         kept, recompute = tokens * spec.hidden * d, layer
     else:
         kept, recompute = layer, 0
-    # the last layer's backward working set, alive with the loss's buffers (measured)
+    # the last layer's backward working set, alive with the loss's buffers (measured); on a
+    # 16-bit model LoRA's branch is fp32 (tuner/lora.py: ``y + (scale * z).astype(x.dtype)``),
+    # so astype's vjp hands each adapted output's gradient to ``z @ lora_b`` in fp32
     last_backward = tokens * _per_token_saves(replace(plan, dora=False), spec, d) + scores
+    if plan.trains_adapter and d < LORA_BYTES:
+        outputs = sum(lin.count * lin.out_features for lin in _adapted(plan, spec))
+        last_backward += tokens * outputs * LORA_BYTES
     final_norm = tokens * spec.hidden * d
     logits = tokens * spec.vocab * d
     loss = logits * (METAL_LOSS_BUFFERS if gpu_loss else CPU_LOSS_BUFFERS)
