@@ -216,9 +216,9 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
     gather = gathered(plan, spec, precision, gathered_weights, trainable_layer, adapters)
     buckets = ddp_buckets(plan, states.gradients)
     tied_sum = 2 * grad_head if method.trains_base and spec.tied_embeddings else 0
-    if tied_sum and lay.strategy == "zero" and plan.zero == 2 and plan.offload == "none":
-        # ZeRO-2's sum of the tied weight's two whole gradients is none of its partition
-        # buffer (sharding.zero2_gradient_partition): old, new and sum (measured)
+    if tied_sum and lay.strategy == "zero" and lay.gradients:
+        # ZeRO 2-3 sum the tied weight's two whole gradients (autograd, before DeepSpeed's
+        # hooks), none of them in the gradient partition buffers: old, new and sum (measured)
         tied_sum = 3 * head_full
     root_reduce = 0
     if lay.strategy == "zero":  # DeepSpeed's 16-bit gradients under its bf16 / fp16
