@@ -19,6 +19,7 @@ accuracy:
 		bench/results/measure-cpu-stacks.json bench/results/measure-cpu-nodq.json \
 		bench/results/measure-cpu-real-stacks.json bench/results/measure-cpu-sharded.json \
 		bench/results/measure-cpu-sharded-mp.json bench/results/measure-cpu-mlx.json \
+		bench/results/measure-cpu-frameworks.json \
 		--out docs/accuracy.md
 
 # Re-measure real training steps on CPU (installs torch's CPU wheel into .measure-venv).

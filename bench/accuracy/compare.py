@@ -440,6 +440,59 @@ def render(
     return "\n".join(lines)
 
 
+def frameworks_section(records: list[dict[str, Any]]) -> list[str]:
+    """The frameworks' own entry points on a published-style config file, against
+    ``plan --from`` on the same file (bench/measure/frameworks_axolotl.py and
+    frameworks_llama_factory.py): the whole path from file to bytes."""
+    if not records:
+        return []
+    lines = [
+        "",
+        "## From the file to the bytes: the frameworks' own entry points",
+        "",
+        "Each framework's published LoRA example (the file is in the results record), with a "
+        "tiny random Llama and a local alpaca file, run through the framework's own entry "
+        "point on the CPU, the tracker over step 2 of the Trainer it builds; then "
+        "`trainmem-tui plan --from FILE --json` on the same file from the same folder. "
+        "`plan --from` plans a GPU (CUDA kernels, a 16-bit LoRA base where the framework "
+        "loads one on a GPU); `same plan, as run` is that plan estimated with the CPU "
+        "kernels (dropout's fp32 noise tensor) and the dtype the run's hidden states had. "
+        "Reproduce: the venv commands in each script's docstring (it prints them when it "
+        "runs).",
+        "",
+        "| framework | file | plan --from read | measured MB | plan --from | same plan, as run |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rec in records:
+        p = rec["plan_from"]
+        m = rec.get("measured")
+        if not m or "allocated_bytes" not in p:
+            why = rec.get("error") or p.get("error", "")
+            lines.append(
+                f"| {rec['framework']} {rec['framework_version']} | "
+                f"{rec['config_file']} | not run: {why[:160]} | | | |"
+            )
+            continue
+        values = {k: v for k, v in p["plan"].items() if k in PLAN_FIELDS and v is not None}
+        as_run = m.get("hidden_states_dtype") == "float32" and not m.get("autocast_in_forward")
+        if as_run and values.get("precision") != "fp32":
+            values["precision"] = "fp32"
+        plan = Plan(**{**values, "model": "tiny"}).validated()
+        spec = spec_from_config(rec["model_config"], "tiny")
+        cpu = estimate(plan, spec, "cpu").allocated_bytes
+        read = (
+            f"{plan.method} r{plan.lora_rank} {plan.lora_targets}, seq {plan.seq_len} x "
+            f"{plan.batch}, ckpt {'on' if plan.grad_ckpt else 'off'}, {p['plan']['precision']}"
+        )
+        lines.append(
+            f"| {rec['framework']} {rec['framework_version']} | {rec['config_file']} | {read} | "
+            f"{m['peak_allocated_bytes'] / 1e6:.2f} | "
+            f"{fmt_pct(err(p['allocated_bytes'], m['peak_allocated_bytes']))} | "
+            f"{fmt_pct(err(cpu, m['peak_allocated_bytes']))} |"
+        )
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+", type=Path)
@@ -450,8 +503,11 @@ def main() -> None:
     validation: list[dict[str, Any]] = []
     mlx: list[dict[str, Any]] = []  # the mlx stack's steps: a table of their own
     traces: list[dict[str, Any]] = []
+    frameworks: list[dict[str, Any]] = []
     for path in args.results:
         data = json.loads(path.read_text())
+        if data.get("kind") == "frameworks":  # file-to-bytes runs: a section of their own
+            frameworks += data["records"]
         meta.append(
             {
                 "file": str(path),
@@ -464,7 +520,7 @@ def main() -> None:
         # noise tensor there, a 1-byte mask on CUDA); everything else is the same model.
         kernels = "cuda" if (data.get("machine") or {}).get("device") == "cuda" else "cpu"
         seen = set()
-        for record in data["records"]:
+        for record in data["records"] if data.get("kind") != "frameworks" else []:
             if (traced := compare_trace(record)) is not None:
                 traces.append(traced)
                 continue
@@ -504,6 +560,7 @@ def main() -> None:
         command += f" --out {args.out}"
     text = render(rows, meta, command, sharded, validation, traces)
     text += "\n".join([*mlx_section(mlx), ""])[1:] if mlx else ""
+    text += "\n".join([*frameworks_section(frameworks), ""])[1:] if frameworks else ""
     if args.out:
         args.out.write_text(text)
     s = summarize(rows, ["ours", "rule of thumb", *PEERS])
