@@ -10,7 +10,11 @@ file from the same folder.
     /tmp/lf-venv/bin/pip install --no-deps llamafactory==0.9.5 transformers==5.6.0 \\
         peft==0.18.1 trl==0.24.0 accelerate==1.11.0 datasets==4.0.0 tokenizers==0.22.2 \\
         "huggingface-hub>=1.5,<2" tyro==0.8.14 omegaconf antlr4-python3-runtime==4.9.3 fire \\
-        termcolor docstring-parser shtab httpx httpcore certifi requests urllib3 torchaudio
+        termcolor docstring-parser shtab httpx httpcore certifi requests urllib3
+    # torchaudio has no build for torch 2.13 (PyPI's newest, 2.11.1, fails to load its .so);
+    # LLaMA-Factory imports it at module level for audio inputs only (data/mm_plugin.py:30)
+    mkdir /tmp/lf-venv/lib/python3.11/site-packages/torchaudio
+    touch /tmp/lf-venv/lib/python3.11/site-packages/torchaudio/__init__.py   # an empty stand-in
     /tmp/lf-venv/bin/python bench/measure/frameworks_llama_factory.py \\
         --out bench/results/measure-cpu-frameworks.json
 
