@@ -266,10 +266,14 @@ def mlx_runtime_note(runtime: str) -> str:
     if runtime == "unified":
         return (
             "MLX on Metal: the peak is mx.get_peak_memory(); Metal rounds buffers over 16 KiB "
-            "to whole pages, and MLX's buffer cache keeps freed buffers on top of it (up to "
-            "its memory limit, given back under pressure; cap it with mx.set_cache_limit or "
-            "mlx_lm.lora --clear-cache-threshold) (mlx/backend/metal/allocator.cpp); not "
-            "measured on a Mac"
+            "to whole pages, and MLX's buffer cache keeps freed buffers on top of it, trimmed "
+            "once active + cache pass 0.95 x the GPU's recommended working set (Metal's "
+            "recommendedMaxWorkingSetSize, macOS's figure); its memory and cache limits are "
+            "min(1.5 x that, 0.95 x RAM) (mlx/backend/metal/allocator.cpp:61-65, MLX 0.32). mlx-lm "
+            "wires the recommended working set (mlx_lm/utils.py "
+            "maybe_set_recommended_wired_limit); sudo sysctl iogpu.wired_limit_mb=N raises "
+            "macOS's limit; cap the cache with mx.set_cache_limit or mlx_lm.lora "
+            "--clear-cache-threshold; not measured on a Mac"
         )
     return (
         "MLX off a Mac's GPU: the peak is mx.get_peak_memory() (its CPU allocator counts "
