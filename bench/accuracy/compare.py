@@ -70,6 +70,13 @@ def compare(record: dict[str, Any], kernels: str) -> dict[str, Any] | None:
         "measured": measured,
         "ours": est.allocated_bytes,
         "rule of thumb": est.rule_of_thumb_bytes,
+        # DeepSpeed's own model-state estimate, where the record carries one
+        "deepspeed": (record.get("deepspeed_estimate") or {}).get("gpu_bytes"),
+        "ranks": record["measured"].get("ranks"),
+        "states": record["measured"].get("start_bytes"),  # alive before the step
+        # offloaded states in host RAM, one process's (the worst rank's) and ours
+        "host": max(record["measured"].get("host_ranks") or [0]),
+        "host ours": est.host_offloaded_bytes // max(1, plan.gpus),
     }
     for name, (fn, _) in PEERS.items():
         try:
@@ -119,7 +126,7 @@ def per_rank_section(rows: list[dict[str, Any]], validation: list[dict[str, Any]
         return []
     lines = [
         "",
-        "## Per rank: FSDP (bench/measure/sharded.py)",
+        "## Per rank: FSDP (bench/measure/sharded.py) and DeepSpeed ZeRO",
         "",
         "One rank's peak allocated bytes in a data-parallel FSDP2 run, measured on a CPU with "
         "PyTorch's fake process group under FakeTensorMode (one process standing for any "
@@ -127,8 +134,7 @@ def per_rank_section(rows: list[dict[str, Any]], validation: list[dict[str, Any]
         "multi-process gloo runs of a 4-layer model (below). Mixed precision is FSDP2's "
         "MixedPrecisionPolicy (bf16 units, fp32 or bf16 reduce) over fp32 parameters, as "
         "accelerate upcasts them (trainmem.core.recipes). **Derived from source, not "
-        "measured:** DeepSpeed ZeRO (its gradient buckets, stage-3 live and persistent "
-        "parameters, fp32 gradient partitions), DDP's gradient buckets, NCCL's own buffers "
+        "measured:** DDP's gradient buckets, NCCL's own buffers "
         "(outside PyTorch's allocator) and FSDP1 with or without MixedPrecision (torch 2.13 "
         "refuses to run it without an accelerator).",
         "",
@@ -175,6 +181,8 @@ def per_rank_section(rows: list[dict[str, Any]], validation: list[dict[str, Any]
     ]
     for r in rows:
         p = r["plan"]
+        if p.sharding == "zero":  # in zero_section, with DeepSpeed's own estimate
+            continue
         lines.append(
             f"| {r['model']} | {p.method} | {recipe_name(p)} | {p.fsdp_version}: {p.fsdp} | "
             f"{p.world} | {p.seq_len} | "
@@ -320,6 +328,58 @@ def mlx_section(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def zero_section(rows: list[dict[str, Any]]) -> list[str]:
+    """DeepSpeed ZeRO per rank (bench/measure/deepspeed_zero.py), beside DeepSpeed's own
+    model-state estimate for the same model and world."""
+    zero = [r for r in rows if r["plan"].sharding == "zero"]
+    if not zero:
+        return []
+    s = summarize(zero, ["ours", "deepspeed"])
+    lines = [
+        "",
+        "## Per rank: DeepSpeed ZeRO (bench/measure/deepspeed_zero.py)",
+        "",
+        "Real 2- and 4-process gloo runs of DeepSpeed 0.19.8 on its CPU accelerator, bf16, "
+        "torch's fused AdamW (no compiled DeepSpeed ops), small random Llama and Qwen2 "
+        "models; each rank tracked with the FSDP runs' tracker; the record is the worst "
+        "rank. Under offload the host-side buffers (those DeepSpeed pins, the fp32 "
+        "partitions, the optimizer's states and what it allocates while stepping) are left "
+        "out of the per-GPU peak. `DeepSpeed's estimate`: "
+        "estimate_zero2_model_states_mem_needs / estimate_zero3_model_states_mem_needs "
+        "(additional_buffer_factor 1), model states only, so it misses activations, logits, "
+        "buckets and temporaries. **Still derived:** NCCL's own buffers, CUDA streams' "
+        "overlap (overlap_comm's second bucket is measured, its timing is not), pinned "
+        "host memory's page-locking, DeepSpeedCPUAdam.",
+        "",
+        f"ours: n={s['ours']['n']}, median {pct(s['ours']['median'])}, worst "
+        f"{pct(s['ours']['worst'])}; DeepSpeed's estimate: median "
+        f"{pct(s['deepspeed']['median'])}, worst {pct(s['deepspeed']['worst'])}.",
+        "",
+        "| model | stage | offload | buckets | world | ckpt | measured GB (ranks) | ours "
+        "| DeepSpeed's estimate | its estimate vs measured states before the step "
+        "| host RAM per process, measured GB | ours |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in zero:
+        p = r["plan"]
+        ranks = ", ".join(f"{b / 1e9:.3f}" for b in r.get("ranks") or [r["measured"]])
+        buckets = "auto" if p.reduce_bucket < 0 else "DeepSpeed's"
+        lines.append(
+            f"| {r['model']} | {p.zero} | {p.offload} | {buckets}"
+            f"{' + overlap' if p.overlap_comm else ''} | {p.world} | "
+            f"{'on' if p.grad_ckpt else 'off'} | {ranks} | "
+            f"{fmt_pct(err(r['ours'], r['measured']))} | "
+            f"{fmt_pct(err(r['deepspeed'], r['measured']))} | "
+            f"{fmt_pct(err(r['deepspeed'], r['states']) if r['states'] else None)} | "
+            + (
+                f"{r['host'] / 1e9:.3f} | {fmt_pct(err(r['host ours'], r['host']))} |"
+                if r["host"]
+                else "- | - |"
+            )
+        )
+    return lines
+
+
 def render(
     rows: list[dict[str, Any]],
     meta: list[dict[str, Any]],
@@ -431,6 +491,7 @@ def render(
         cells += [fmt_pct(err(r[t], r["measured"])) for t in tools]
         lines.append("| " + " | ".join(cells) + " |")
     lines += per_rank_section(sharded or [], validation or [])
+    lines += zero_section(sharded or [])
     lines += trace_section(traces or [])
     lines += unsloth_section()
     lines += ["", "## Where the measurements come from", ""]
