@@ -65,6 +65,10 @@ def plans_setting_every_field() -> list[Plan]:
             values["zero"] = 3
         elif values["offload"] == "optimizer" and values["zero"] == 0:
             values["zero"] = 1
+        # the mlx stack refuses autocast and CUDA-only settings; its own fields round-trip
+        # under another stack all the same (they are kept, and noted as not applying)
+        if values["stack"] == "mlx":
+            values["stack"] = "axolotl"
         # rules between fields (Plan.validated): an fp32 base runs under autocast, a 16-bit
         # one needs 16-bit precision, the fused kernels need 16-bit compute
         if values["base_dtype"] == "fp32" and values["precision"] in ("bf16", "fp16"):

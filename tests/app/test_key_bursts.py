@@ -43,6 +43,7 @@ TYPED = {
     "persistence_threshold": "90000",
     "device": "24GB",
     "alloc_conf": "expandable_segments:True",
+    "mlx_num_layers": "8",
 }
 TEXT_FIELDS = [f for f in PLAN_FIELDS if f.kind not in ("choice", "bool")]
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from trainmem.core.plan import Plan
     from trainmem.devices.processes import TrainingProcess
     from trainmem.devices.snapshot import Snapshot  # imported by the sampler, after start-up
+    from trainmem.planner.export import Row
     from trainmem.planner.lengths import Scan
     from trainmem.planner.report import Report
     from trainmem.sources.plan_files import Opened
@@ -39,6 +40,24 @@ class ModelResolved(Message):
         self.text = text
         self.spec = spec
         self.error = error
+
+
+class Simulated(Message):
+    """``plan``'s report with the caching allocator simulated; ignored if the plan changed."""
+
+    def __init__(self, plan: Plan, report: Report) -> None:
+        super().__init__()
+        self.plan = plan
+        self.report = report
+
+
+class RowsSimulated(Message):
+    """The compare view's rows (``before``) with the allocator simulated (``after``)."""
+
+    def __init__(self, before: list[Row], after: list[Row]) -> None:
+        super().__init__()
+        self.before = before
+        self.after = after
 
 
 class Solved(Message):

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from typing import Any
 
+from trainmem.core.alloc_conf import env_alloc_conf
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.errors import PlanError
 from trainmem.core.fields import FieldSpec
@@ -172,6 +174,11 @@ def planned_from_args(ns: argparse.Namespace) -> Planned:
         config = read_configs(files_given, commands)
         values, origins = merged(values, origins, config, given)
         unmodelled, notes = config.unmodelled, config.notes
+    # The allocator's settings, when neither a flag nor a file gives them: this shell's
+    # PYTORCH_CUDA_ALLOC_CONF, as torch in a run started from it would read them.
+    from_env = env_alloc_conf(os.environ)
+    if from_env and origins["alloc_conf"] == TRAINMEM_DEFAULT:
+        values["alloc_conf"], origins["alloc_conf"] = from_env[1], f"environment {from_env[0]}"
     revision = getattr(ns, "revision", None)
     if revision:
         model, _, pinned = values["model"].partition("@")

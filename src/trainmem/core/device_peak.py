@@ -17,6 +17,7 @@ What the simulation gives beyond the tensors' peak:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from trainmem.core.alloc_conf import AllocatorConfig
 from trainmem.core.allocator import Alloc, Oom, simulate
@@ -81,8 +82,23 @@ def device_peak(
 ) -> DevicePeak:
     """Simulate the validated ``plan``'s first two steps on ``config`` (default: the plan's
     own ``alloc_conf``); ``tensors`` is the estimate's allocated peak, ``capacity`` the bytes
-    the allocator may reserve (None: unlimited; else the first failing request is kept)."""
-    config = config or plan.allocator
+    the allocator may reserve (None: unlimited; else the first failing request is kept).
+
+    Memoized: ``step`` and ``tensors`` follow from the plan and the model, so a report, its
+    searches and a dashboard redraw that meet the same plan again simulate it once."""
+    return _device_peak(plan, spec, step, tensors, family, config or plan.allocator, capacity)
+
+
+@lru_cache(maxsize=512)
+def _device_peak(
+    plan: Plan,
+    spec: ModelSpec,
+    step: Step,
+    tensors: int,
+    family: str | None,
+    config: AllocatorConfig,
+    capacity: int | None,
+) -> DevicePeak:
     built = step_events(plan, spec, step)
     workspace = workspace_bytes(family)
     events = [Alloc("cublas workspace", workspace - CUBLASLT_WORKSPACE)]

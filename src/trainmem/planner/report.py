@@ -155,6 +155,7 @@ class Report:
     # A GPU plan too big for the first target: where the simulated allocator fails first
     # ("at backward (last layer), step 2: tried to allocate ..."), as PyTorch would say it.
     first_failure: str | None = None
+    simulated: bool = True  # False: the quick device peak, the allocator not yet simulated
 
     @property
     def deciding_fit(self) -> tuple[FitResult, ...]:
@@ -300,6 +301,7 @@ def build_report(
     calibrations: Mapping[str, Calibration] | None = None,
     solve: bool = True,
     node_ram_bytes: int | None = None,
+    simulate: bool = True,
 ) -> Report:
     """Estimate ``plan`` and judge it on ``targets`` (default: its ``device`` field), each
     with its own kind's runtime and, for a GPU this machine calibrated (``calibrations``, from
@@ -309,6 +311,10 @@ def build_report(
     Advice and what-if answers are for the first device, on the same figures. The node's
     host RAM is judged against ``node_ram_bytes``, else a system-RAM target given beside GPUs
     (which is then the node's RAM, not a device the step is judged on).
+
+    ``simulate=False`` (the dashboard's per-keystroke figure while its worker simulates) gives
+    the quick device peak without the allocator's simulation; such a report says so
+    (``Report.simulated``) and is replaced by the simulated one when that is ready.
     """
     plan = plan.validated()
     spec = spec or resolve_model(plan.model)
@@ -325,7 +331,7 @@ def build_report(
         Budget(t.usable_bytes, t.kind, figures_for(t, calibrations or {})) for t in targets
     )
     first = budgets[0] if budgets else Budget(0)
-    est = estimate(plan, spec, runtime=first.kind, figures=first.figures)
+    est = estimate(plan, spec, runtime=first.kind, figures=first.figures, simulate=simulate)
     fits = tuple(
         judge_fit(est.judged_bytes_on(b.kind, b.figures), t.name, b.usable_bytes)
         for t, b in zip(targets, budgets, strict=True)
@@ -353,6 +359,7 @@ def build_report(
             peak_fit=peaks,
             budgets=budgets,
             first_failure=failure,
+            simulated=simulate or first.kind != "gpu",
         )
     from trainmem.core import whatif  # the searches: only when solving, not per keystroke
 

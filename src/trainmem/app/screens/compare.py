@@ -14,7 +14,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from trainmem.app import planning
-from trainmem.app.messages import ModelResolved
+from trainmem.app.messages import ModelResolved, RowsSimulated
 from trainmem.app.screens.prompt import PromptScreen
 from trainmem.app.widgets.bars import stacked_bar, verdict_text
 from trainmem.app.widgets.breakdown import short_model
@@ -147,6 +147,33 @@ class CompareScreen(Screen[None]):
         self._draw()
         if pending:
             self._resolve(pending)
+        if any(r.report is not None and not r.report.simulated for r in rows):
+            self._simulate(rows)
+
+    @work(thread=True, exclusive=True, group="compare-simulate", exit_on_error=False)
+    def _simulate(self, rows: list[Row]) -> None:
+        """The quick rows again with the caching allocator simulated (what `plan` prints)."""
+        state = self.app.state
+        done = [
+            Row(
+                r.name,
+                planning.simulated(
+                    r.report.estimate.plan,
+                    r.report.estimate.model,
+                    state.snapshot,
+                    state.calibrations,
+                ),
+            )
+            if r.report is not None and not r.report.simulated
+            else r
+            for r in rows
+        ]
+        self.post_message(RowsSimulated(rows, done))
+
+    def on_rows_simulated(self, message: RowsSimulated) -> None:
+        if message.before == self.rows:  # nothing re-estimated meanwhile
+            self.rows = message.after
+            self._draw()
 
     @work(thread=True, exclusive=True, group="compare-models", exit_on_error=False)
     def _resolve(self, models: list[str]) -> None:

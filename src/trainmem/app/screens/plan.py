@@ -14,7 +14,7 @@ from textual.screen import Screen
 from textual.widgets import Input, Static
 
 from trainmem.app import planning
-from trainmem.app.messages import ModelResolved, Solved
+from trainmem.app.messages import ModelResolved, Simulated, Solved
 from trainmem.app.targets import snapshot_targets
 from trainmem.app.widgets.breakdown import Breakdown, headline_text
 from trainmem.app.widgets.devices import DevicesPanel
@@ -267,6 +267,14 @@ class PlanScreen(Screen[None]):
         form.mark_applicable(plan)
         self.app.state.workspace.edit_current(plan)
         self._show_name()
+        self._show_report(report)
+        if report.fit:  # after the repaint, so the worker never delays the figures
+            state = self.app.state
+            self.call_after_refresh(self._solve, plan, spec, state.snapshot, state.calibrations)
+
+    def _show_report(self, report: Report) -> None:
+        """Show and publish ``report``: the quick one as the user types, then the simulated
+        one (the figures `plan` prints) from the worker."""
         self._report = report
         self.app.publish_report(report)
         breakdown = self.query_one(Breakdown)
@@ -275,9 +283,6 @@ class PlanScreen(Screen[None]):
         self._show_lengths()
         self.query_one("#headline", Static).update(headline_text(report))
         self._refresh_devices()
-        if report.fit:  # after the repaint, so the worker never delays the figures
-            state = self.app.state
-            self.call_after_refresh(self._solve, plan, spec, state.snapshot, state.calibrations)
 
     def _invalid(self, errors: dict[str, str]) -> None:
         self.query_one(PlanForm).show_errors(errors)
@@ -306,7 +311,13 @@ class PlanScreen(Screen[None]):
         snapshot: Snapshot | None,
         calibrations: Mapping[str, Calibration],
     ) -> None:
+        # the simulated device peak first (one simulation), then the searches (many)
+        self.post_message(Simulated(plan, planning.simulated(plan, spec, snapshot, calibrations)))
         self.post_message(Solved(plan, planning.solve(plan, spec, snapshot, calibrations)))
+
+    def on_simulated(self, message: Simulated) -> None:
+        if self._report is not None and message.plan == self._report.estimate.plan:
+            self._show_report(message.report)
 
     def on_solved(self, message: Solved) -> None:
         if self._report is not None and message.plan == self._report.estimate.plan:

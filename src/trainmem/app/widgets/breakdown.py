@@ -126,6 +126,15 @@ def peaks_text(est: Estimate) -> Text:
     out.append("Device peak    ", style="dim")
     out.append(fmt_bytes(est.device_bytes), style="bold")
     out.append("  ◀ judged" if not judged_rule else "", style="dim")
+    peak = est.device_peak
+    if peak is not None:  # what the simulated caching allocator holds beyond the tensors
+        out.append(
+            f"\n  allocator     reserved {fmt_bytes(peak.reserved)}, "
+            f"{fmt_bytes(peak.fragmentation)} of it free in segments, at {peak.moment}",
+            style="dim",
+        )
+    elif est.runtime_kind == "gpu" and not est.runtime_figures.calibrated:
+        out.append("\n  allocator     simulating… (quick figure until then)", style="dim")
     out.append("\nRule of thumb  ", style="dim")
     out.append(fmt_bytes(est.rule_of_thumb_bytes), style="bold")
     out.append("  ◀ judged" if judged_rule else "  (the guide's figure)", style="dim")
