@@ -31,6 +31,8 @@ from trainmem.core.runtime import (
     runtime_overhead,
 )
 from trainmem.core.sharding import (
+    SINGLE,
+    Layout,
     ddp_buckets,
     divided,
     gathered,
@@ -100,6 +102,9 @@ class Estimate:
     # and its gradient buckets (DDP, ZeRO); both are inside "weights" / "gradients".
     gathered_bytes: int = 0
     bucket_bytes: int = 0
+    # How the plan divides its states over its processes (trainmem.core.sharding.layout),
+    # computed once per estimate: widgets, notes and what-ifs read it from here.
+    layout: Layout = SINGLE
 
     def component(self, name: str) -> int:
         return next((c.bytes for c in self.components if c.name == name), 0)
@@ -157,8 +162,11 @@ def _dequant_bytes(spec: ModelSpec, plan: Plan, precision: Dtypes) -> int:
     return (precision.resid if plan.quant == "int8" else 2) * largest
 
 
-def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
-    """The step's building blocks for a validated plan."""
+def step_sizes(
+    plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda", lay: Layout | None = None
+) -> Step:
+    """The step's building blocks for a validated plan (``lay``: its layout, when the caller
+    has it already)."""
     precision = dtypes(plan)  # as stored (shards, master, states)
     compute = _compute_dtypes(plan, precision)  # as the layers see them
     states = model_states(spec, plan, precision)
@@ -195,7 +203,7 @@ def step_sizes(plan: Plan, spec: ModelSpec, kernels: Kernels = "cuda") -> Step:
         root_e = stored_e = saved_e
         grad_head = matrix * saved_e if "lm_head" in plan.saved_modules else 0
         grad_embed = matrix * saved_e if "embed_tokens" in plan.saved_modules else 0
-    lay = layout(plan)
+    lay = lay or layout(plan)
     head_full, embed_full = grad_head, grad_embed
     root_elements = (head_full + embed_full) // root_e
     if lay.gradients and lay.strategy == "zero":  # ZeRO-2/3: each GPU keeps its shard
@@ -432,7 +440,8 @@ def estimate(
         return _mlx_estimate(plan, spec, kernels, runtime)
     # On unified memory or a CPU, host RAM is the device: offloading saves nothing there.
     counted = replace(plan, ckpt_offload=False) if runtime != "gpu" else plan
-    step = step_sizes(counted, spec, kernels)
+    lay = layout(counted)
+    step = step_sizes(counted, spec, kernels, lay)
     phases = {name: moment(step) for name, moment in MOMENTS.items()}
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     peak_phase = max(totals, key=lambda name: totals[name])
@@ -465,7 +474,7 @@ def estimate(
         rule_of_thumb_bytes=rule_of_thumb_bytes(spec.params, plan),
         trainable_params=step.states.trainable_params,
         saved_activation_bytes=step.saved_after_forward,
-        notes=(*_notes(spec, plan, runtime, ckpt_host), runtime_note(runtime, figures)),
+        notes=(*_notes(spec, plan, runtime, ckpt_host, lay), runtime_note(runtime, figures)),
         runtime_kind=runtime,
         runtime_figures=figures,
         device_peak=peak,
@@ -474,6 +483,7 @@ def estimate(
         host_loading_bytes=host.loading,
         gathered_bytes=gathered_now,
         bucket_bytes=step.buckets,
+        layout=lay,
     )
 
 
@@ -492,7 +502,9 @@ def first_failure(est: Estimate, usable_bytes: int) -> tuple[str, Oom] | None:
     return (run.moment, run.oom) if run.oom is not None else None
 
 
-def _notes(spec: ModelSpec, plan: Plan, runtime: TargetKind, ckpt_host: int) -> tuple[str, ...]:
+def _notes(
+    spec: ModelSpec, plan: Plan, runtime: TargetKind, ckpt_host: int, lay: Layout
+) -> tuple[str, ...]:
     notes = list(spec.notes)
     if plan.attn == "eager":
         notes.append("eager attention keeps batch x heads x seq^2 scores per layer; sdpa does not")
@@ -509,15 +521,14 @@ def _notes(spec: ModelSpec, plan: Plan, runtime: TargetKind, ckpt_host: int) -> 
             "output, log-sum-exp); derived from source, not measured (needs a GPU)"
         )
     notes.extend(_stack_notes(spec, plan, runtime, ckpt_host))
-    notes.extend(_sharding_notes(plan))
+    notes.extend(_sharding_notes(plan, lay))
     ignored = plan.ignored_fields()
     if ignored:
         notes.append(f"{', '.join(ignored)} do not apply to this plan and change nothing")
     return tuple(notes)
 
 
-def _sharding_notes(plan: Plan) -> list[str]:
-    lay = layout(plan)
+def _sharding_notes(plan: Plan, lay: Layout) -> list[str]:
     if lay.strategy == "single":
         return []
     where = f"{plan.gpus} GPU{'s' if plan.gpus > 1 else ''} x {plan.nodes} node" + (

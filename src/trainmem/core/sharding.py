@@ -36,6 +36,9 @@ class Layout:
     reshard_after_forward: bool  # FSDP frees a unit's gathered weights after its forward
 
 
+SINGLE = Layout("single", 1, 1, False, False, False, True)  # one process: nothing divided
+
+
 def layout(plan: Plan) -> Layout:
     """ZeRO (Rajbhandari et al. 2019, section 5): stage 1 shards optimizer state, 2 gradients
     too, 3 weights too, over every process. FSDP (torch/distributed/fsdp/api.py
@@ -45,7 +48,7 @@ def layout(plan: Plan) -> Layout:
     nodes; NO_SHARD shards nothing."""
     world = plan.world
     if world == 1 and plan.sharding == "ddp":
-        return Layout("single", 1, 1, False, False, False, True)
+        return SINGLE
     if plan.sharding == "zero":
         z = plan.zero
         return Layout("zero", world, world, z >= 1, z >= 2, z >= 3, True)

@@ -19,6 +19,7 @@ from trainmem.core.estimator import estimate
 from trainmem.core.fit import TIGHT_FRACTION, Budget
 from trainmem.core.methods import METHODS
 from trainmem.core.plan import Plan
+from trainmem.core.sharding import layout
 
 SEARCH_LIMIT = 1 << 20  # tokens, for a model whose context is not known
 BATCH_LIMIT = 4096  # examples per micro-batch: past any LLM fine-tune's
@@ -201,21 +202,28 @@ def _sharding_options(
     """The multi-GPU remedies: a higher stage, offload, more GPUs."""
     options: list[tuple[str, dict[str, object], str | None]] = []
     host = "needs host RAM for the offloaded states: see the node's RAM fit"
-    if plan.sharding == "ddp":
+    lay = layout(plan)
+    if lay.strategy in ("single", "ddp"):
         options.append(("shard with FSDP (full-shard)", {"strategy": "fsdp"}, None))
-    if plan.sharding == "zero" and plan.zero < 3:
+    if lay.strategy == "zero" and not lay.weights:
         up = plan.zero + 1
         options.append((f"raise the ZeRO stage to {up}", {"zero": up}, None))
-    if plan.strategy == "fsdp" and plan.fsdp in ("shard-grad-op", "no-shard", "hybrid-shard"):
+    full_shard = lay.weights and lay.reshard_after_forward and lay.shard == lay.world
+    if lay.strategy == "fsdp" and not full_shard:  # shard-grad-op, no-shard, hybrid-shard
         options.append(("use FSDP full-shard", {"fsdp": "full-shard", "fsdp_version": 2}, None))
-    if plan.sharding == "zero" and plan.zero >= 1 and plan.offload == "none":
+    if lay.strategy == "zero" and lay.optimizer and plan.offload == "none":
         options.append(("offload the optimizer to host RAM", {"offload": "optimizer"}, host))
     if plan.offload != "params" and (
-        plan.strategy == "fsdp" or (plan.sharding == "zero" and plan.zero == 3)
+        lay.strategy == "fsdp" or (lay.strategy == "zero" and lay.weights)
     ):
         options.append(("offload parameters to host RAM", {"offload": "params"}, host))
-    if plan.sharding != "ddp":
-        more = _smallest(lambda n: _fits(replace(plan, gpus=n), spec, budget), 1, 1024)
+    if lay.strategy in ("fsdp", "zero"):
+        more = _search(
+            lambda n, exact: _fits(replace(plan, gpus=n), spec, budget, exact),
+            1,
+            1024,
+            largest=False,
+        )
         if more is not None and more > plan.gpus:
             options.append((f"use {more} GPUs per node", {"gpus": more}, None))
     return options
@@ -327,7 +335,7 @@ def advice(
                 None,
             )
         )
-    if plan.world > 1 or plan.sharding != "ddp":
+    if plan.world > 1 or layout(plan).strategy != "single":
         options += _sharding_options(plan, spec, budget)
     result = []
     for action, changes, warning in options:

@@ -21,7 +21,6 @@ from trainmem.app.widgets.devices import AtWidth, short_device_name
 from trainmem.core.estimator import Estimate
 from trainmem.core.fit import FitResult
 from trainmem.core.plan import Plan
-from trainmem.core.sharding import layout
 from trainmem.core.units import fmt_bytes, fmt_count
 from trainmem.planner.report import Report, WhatIf, download_size
 
@@ -46,7 +45,7 @@ def summary_text(est: Estimate) -> Text:
         method += f" r{plan.lora_rank} {plan.lora_targets}"
     out.append(f"\n{method} · {plan.precision} · {plan.optimizer} · {plan.seq_len:,} tok × ")
     out.append(f"{plan.batch} · ckpt {'on' if plan.grad_ckpt else 'off'}")
-    if plan.world > 1 or plan.sharding != "ddp":
+    if est.layout.strategy != "single":
         out.append(f" · {sharding_label(plan)}")
     if plan.stack != "trainer" or plan.loss_kind != "standard":
         out.append(f" · {plan.stack} stack, {plan.loss_kind} loss")
@@ -71,10 +70,9 @@ def sharding_text(report: Report) -> Text:
     """Per GPU: which parts are divided over the GPUs and which every GPU holds whole, and the
     node's host RAM (offloaded states, loading the model) against its RAM."""
     est = report.estimate
-    plan = est.plan
     out = Text()
-    if plan.world > 1 or plan.sharding != "ddp":
-        lay = layout(plan)
+    lay = est.layout
+    if lay.strategy != "single":
         sharded = [
             name
             for name, on in (
@@ -84,7 +82,7 @@ def sharding_text(report: Report) -> Text:
             )
             if on
         ]
-        out.append(f"Per GPU of {plan.world}: ", style="dim")
+        out.append(f"Per GPU of {lay.world}: ", style="dim")
         out.append(f"sharded over {lay.shard}: " if sharded else "nothing sharded")
         if sharded:
             out.append(", ".join(sharded), style="bold")
