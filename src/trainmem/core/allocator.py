@@ -309,6 +309,7 @@ class CachingAllocator:
         self.log: list[SegmentEvent] = []
         self.event = 0  # index of the event being run, for the log
         self._next_address = _VA_START
+        self._sizes: dict[int, tuple[int, int]] = {}  # request -> (rounded, segment size)
 
     # -- public operations ------------------------------------------------------------------
 
@@ -316,9 +317,12 @@ class CachingAllocator:
         """DeviceCachingAllocator::malloc: a block of at least ``orig_size`` bytes, or
         OutOfMemory once freeing cached blocks and retrying has failed."""
         cfg = self.config
-        size = round_size(orig_size, cfg)
+        sizes = self._sizes.get(orig_size)
+        if sizes is None:  # the same sizes come back layer after layer: round each once
+            rounded = round_size(orig_size, cfg)
+            sizes = self._sizes[orig_size] = (rounded, allocation_size(rounded, cfg))
+        size, alloc_size = sizes
         pool = self.small if size <= K_SMALL_SIZE else self.large  # get_pool
-        alloc_size = allocation_size(size, cfg)
         block = self._get_free_block(pool, size, stream)
         if block is None:
             if self.gc:

@@ -12,6 +12,7 @@ from textual.command import CommandPalette, Provider
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Input, Static
+from textual.worker import get_current_worker
 
 from trainmem.app import planning
 from trainmem.app.messages import ModelResolved, Simulated, Solved
@@ -311,8 +312,11 @@ class PlanScreen(Screen[None]):
         snapshot: Snapshot | None,
         calibrations: Mapping[str, Calibration],
     ) -> None:
-        # the simulated device peak first (one simulation), then the searches (many)
+        # the simulated device peak first (one simulation), then the searches (many), unless
+        # the plan was edited meanwhile: a newer worker has replaced this one
         self.post_message(Simulated(plan, planning.simulated(plan, spec, snapshot, calibrations)))
+        if get_current_worker().is_cancelled:
+            return
         self.post_message(Solved(plan, planning.solve(plan, spec, snapshot, calibrations)))
 
     def on_simulated(self, message: Simulated) -> None:
