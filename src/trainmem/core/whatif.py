@@ -357,11 +357,16 @@ def _smaller_model(
 ) -> tuple[str, int] | None:
     """The largest candidate with fewer parameters than ``spec`` that fits this plan
     unchanged otherwise."""
-    best: tuple[int, str, int] | None = None
-    for c in candidates:
-        if c.params >= spec.params:
+    # the largest first; the quick figure passes over those far too big to simulate
+    smaller = sorted(
+        (c for c in candidates if c.params < spec.params),
+        key=lambda c: (-c.params, _model_id(c)),
+    )
+    for c in smaller:
+        changed = replace(plan, model=_model_id(c))
+        if need(changed, c, budget, False) > budget.usable_bytes * (1 + QUICK_MARGIN):
             continue
-        after = need(replace(plan, model=_model_id(c)), c, budget)
-        if after <= budget.usable_bytes and (best is None or c.params > best[0]):
-            best = (c.params, _model_id(c), after)
-    return (best[1], best[2]) if best else None
+        after = need(changed, c, budget)
+        if after <= budget.usable_bytes:
+            return _model_id(c), after
+    return None
