@@ -241,7 +241,11 @@ def trace_section(rows: list[dict[str, Any]]) -> list[str]:
         "paths (flash / memory-efficient SDPA, which save a log-sum-exp where the CPU's "
         "math path keeps the attention weights; fused AdamW's CUDA kernel; eager softmax's "
         "fp16-to-fp32 upcast). A GPU run's `torch.cuda.max_memory_reserved` is the check "
-        "still to make.",
+        "still to make. The device peak a plan prints is the synthetic reserve plus the "
+        "runtime: cuBLAS's workspace (8 MiB + 128 KiB, 32 MiB on compute capability 9-12) and "
+        "cuBLASLt's 1 MiB, from aten/src/ATen/cuda/CublasHandlePool.cpp and allocated "
+        "through the simulated allocator, and the CUDA context outside it (600 MiB, a typical "
+        "figure under lazy loading, not measured here; `calibrate` measures it on a GPU).",
         "",
         "| execution | n | median | worst |",
         "|---|---|---|---|",
