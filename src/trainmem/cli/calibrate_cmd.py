@@ -51,6 +51,7 @@ def run(ns: argparse.Namespace) -> int:
                     "gpu": cal.gpu,
                     "context_bytes": cal.context_bytes,
                     "reserve_fraction": round(cal.reserve_fraction, 6),
+                    "reserve_correction": cal.reserve_correction,
                     "run": cal.run,
                     "steps": cal.steps,
                     "context_from": via,
@@ -70,7 +71,14 @@ def run(ns: argparse.Namespace) -> int:
             visible(
                 f"{s['gpu']}: CUDA context {size(s['context_bytes'])} (from {s['context_from']}"
                 f"{alone}), allocator reserve {100 * s['reserve_fraction']:.1f}% of the "
-                f"allocated peak; from {s['run']} ({s['steps']} steps) -> {s['file']}"
+                f"allocated peak, {_correction(s['reserve_correction'])}; from {s['run']} "
+                f"({s['steps']} steps) -> {s['file']}"
             )
         )
     return 0
+
+
+def _correction(ratio: float | None) -> str:
+    if ratio is None:
+        return "no correction of the simulated reserve (the run's plan could not be rebuilt)"
+    return f"{ratio:.3f} x the simulated reserve of the run's own plan"

@@ -2,16 +2,19 @@
 
 A calibration (written by `trainmem-tui calibrate` from a probe log, read from disk by
 trainmem.sources.calibration) holds what one GPU model showed in a real run: the CUDA context
-(the driver's figure for the process minus the allocator's reserved bytes) and the reserve
-ratio (peak reserved / peak allocated - 1). Its ``figures`` are an input of the estimate
-(``estimate(..., figures=...)``): they set the runtime part of the device peak only.
+(the driver's figure for the process minus the allocator's reserved bytes), the reserve
+ratio (peak reserved / peak allocated - 1) and, where the run's plan could be rebuilt, the
+reserve correction: the run's peak reserved over what the allocator's simulation of that plan
+reserves, which then scales the simulated reserve of every plan on that GPU. Its ``figures``
+are an input of the estimate (``estimate(..., figures=...)``): they set the runtime part of
+the device peak only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainmem.core.runtime import RuntimeFigures
+from trainmem.core.runtime import RuntimeFigures, gpu_family
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +28,15 @@ class Calibration:
     steps: int = 0  # steps the figures were taken over
     cuda: str | None = None  # torch.version.cuda of the run
     torch: str | None = None
+    reserve_correction: float | None = None  # measured / simulated peak reserved
 
     @property
     def figures(self) -> RuntimeFigures:
         return RuntimeFigures(
-            self.context_bytes, self.reserve_fraction, f"calibrated from {self.run}", True
+            self.context_bytes,
+            self.reserve_fraction,
+            f"calibrated from {self.run}",
+            True,
+            gpu_family=gpu_family(self.gpu),
+            reserve_correction=self.reserve_correction,
         )

@@ -115,8 +115,16 @@ class Estimate:
         figures = figures or self.runtime_figures
         if kind == self.runtime_kind and figures == self.runtime_figures:
             return self.device_bytes
-        if kind == "gpu" and self.device_peak is not None and not figures.calibrated:
-            return self.allocated_bytes + figures.context_bytes + self.device_peak.overhead
+        if kind == "gpu" and self.device_peak is not None:
+            peak = self.device_peak
+            if figures.gpu_family != self.runtime_figures.gpu_family:  # its own workspaces
+                step = step_sizes(self.plan, self.model, lay=self.layout)
+                peak = device_peak(
+                    self.plan, self.model, step, self.allocated_bytes, figures.gpu_family
+                )
+            reserve = _simulated_reserve(peak, self.allocated_bytes, figures)
+            if reserve is not None:
+                return self.allocated_bytes + figures.context_bytes + reserve
         overhead = runtime_overhead(kind, self.allocated_bytes, figures)
         return self.allocated_bytes + sum(overhead.values())
 
@@ -450,8 +458,9 @@ def estimate(
     peak = None
     if runtime == "gpu" and simulate:
         peak = device_peak(counted, spec, step, allocated, figures.gpu_family)
-        if not figures.calibrated:  # a reserve measured on this machine stands as measured
-            overhead["allocator reserve"] = peak.overhead
+        reserve = _simulated_reserve(peak, allocated, figures)
+        if reserve is not None:
+            overhead["allocator reserve"] = reserve
     parts = {**phases[peak_phase], **overhead}
     # What offload keeps in host RAM, counted on the plan as given (on unified memory or a
     # CPU it is the same memory, which the note says; the step above counts no saving there).
@@ -485,6 +494,17 @@ def estimate(
         bucket_bytes=step.buckets,
         layout=lay,
     )
+
+
+def _simulated_reserve(peak: DevicePeak, allocated: int, figures: RuntimeFigures) -> int | None:
+    """The reserve part of the device peak from the simulation: as simulated, or scaled by a
+    calibration's correction (measured / simulated reserved of its own run). None: a
+    calibration without a correction, whose measured fraction of the allocated peak stands."""
+    if not figures.calibrated:
+        return peak.overhead
+    if figures.reserve_correction is None:
+        return None
+    return max(0, round(peak.reserved * figures.reserve_correction) - allocated)
 
 
 def first_failure(est: Estimate, usable_bytes: int) -> tuple[str, Oom] | None:

@@ -39,6 +39,9 @@ class RuntimeFigures:
     source: str
     calibrated: bool = False
     gpu_family: str | None = None  # the GPU's (gpu_family), for its library workspaces
+    # A calibration's measured peak reserved over the simulated one for the same run's plan:
+    # it scales the simulated reserve (None: the reserve is the fraction above).
+    reserve_correction: float | None = None
 
 
 TYPICAL = RuntimeFigures(

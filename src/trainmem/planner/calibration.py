@@ -7,8 +7,12 @@ Measured from a run log (CUDA only):
   first loads kernels as they are first used), so the figure is never below what the run held;
   without NVML figures (a container whose PIDs NVML does not show), the device's used memory
   (total - free) stands in for the process's, which assumes the run was alone on the GPU;
-- reserve = the run's peak reserved / its peak allocated - 1 (the estimate's reserve is a
-  fraction of the allocated peak).
+- reserve = the run's peak reserved / its peak allocated - 1 (used as a fraction of the
+  allocated peak when nothing better is known);
+- reserve correction = the run's peak reserved / the simulated allocator's peak reserved for
+  the run's own plan (rebuilt from the log, with the GPU's built-in figures): estimates on
+  that GPU then scale their simulated reserve by it, so the calibration corrects the
+  simulation instead of replacing it. None when the log's plan cannot be rebuilt.
 Applied: only the runtime part of the device peak changes: ``figures_for`` gives a target's
 figures to ``build_report`` (trainmem.planner.report), which estimates with them.
 """
@@ -73,6 +77,7 @@ def measure(log: RunLog) -> tuple[Calibration, str]:
     why = implausible(log.gpu_name, context, fraction, log.total_bytes, reserved)
     if why is not None:
         raise CalibrationError(f"{where}: {why}; nothing stored")
+    correction = _reserve_correction(log, reserved)
     versions = log.run.get("versions")
     torch = versions.get("torch") if isinstance(versions, dict) else None
     cal = Calibration(
@@ -83,8 +88,33 @@ def measure(log: RunLog) -> tuple[Calibration, str]:
         steps=len(log.steps),
         cuda=visible(log.cuda) if log.cuda else None,
         torch=visible(torch[:40]) if isinstance(torch, str) and torch else None,
+        reserve_correction=correction,
     )
     return cal, via
+
+
+# A correction outside this range says the rebuilt plan is not the run (another model, an
+# unlogged setting), not that the allocator behaves so differently: it is not stored.
+CORRECTION_RANGE = (0.5, 2.0)
+
+
+def _reserve_correction(log: RunLog, reserved: int) -> float | None:
+    """The run's peak reserved over the simulated one for its own plan (see the module)."""
+    from trainmem.core.errors import PlanError
+    from trainmem.core.estimator import estimate
+    from trainmem.sources.run_logs import RunLogError, rebuild_plan
+
+    try:
+        rebuilt = rebuild_plan(log)
+        figures = built_in_figures(log.gpu_name, log.cuda)
+        peak = estimate(rebuilt.plan, rebuilt.spec, runtime="gpu", figures=figures).device_peak
+    except (PlanError, RunLogError, ValueError):
+        return None
+    if peak is None or peak.reserved <= 0:
+        return None
+    ratio = reserved / peak.reserved
+    low, high = CORRECTION_RANGE
+    return round(ratio, 6) if low <= ratio <= high else None
 
 
 def _key(name: str) -> str:

@@ -181,10 +181,18 @@ def _calibration(where: str, gpu: str, entry: Any) -> Calibration:
         value = entry.get(key)
         return visible(value[:MAX_NAME]) if isinstance(value, str) else None
 
+    correction = entry.get("reserve_correction")
+    if correction is not None and not (
+        isinstance(correction, (int, float))
+        and not isinstance(correction, bool)
+        and 0.5 <= correction <= 2.0  # compares: NaN and huge ints fail here
+    ):
+        raise bad(f"reserve_correction {shown(correction)} is not a ratio between 0.5 and 2")
     return Calibration(
         gpu=gpu,
         context_bytes=context,
         reserve_fraction=float(reserve),
+        reserve_correction=None if correction is None else float(correction),
         run=text("run") or "a run",
         steps=steps if isinstance(steps, int) and 0 <= steps <= 2**63 else 0,
         cuda=text("cuda"),
@@ -207,6 +215,7 @@ def save_calibration(cal: Calibration, path: Path | None = None) -> Path:
             gpu: {
                 "context_bytes": c.context_bytes,
                 "reserve_fraction": round(c.reserve_fraction, 6),
+                "reserve_correction": c.reserve_correction,
                 "run": c.run,
                 "steps": c.steps,
                 "cuda": c.cuda,

@@ -1,0 +1,79 @@
+"""A calibration corrects the simulated reserve instead of replacing it: `calibrate` stores the
+run's peak reserved over what the allocator's simulation of the run's own plan reserves, and
+estimates on that GPU scale their simulated reserve by it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "probe"))
+from fake_run_logs import H100, MiB, run_record, step_record, write_log
+
+from trainmem.core.calibration import Calibration
+from trainmem.core.estimator import estimate
+from trainmem.core.runtime import built_in_figures
+from trainmem.planner.calibration import measure
+from trainmem.sources.calibration import load_calibrations_or_warn, save_calibration
+from trainmem.sources.run_logs import read_run_log, rebuild_plan
+
+PLAN = {"seq_len": 2048, "batch": 8}  # big enough that reserved < 2 x allocated (plausible)
+
+
+def _simulated(tmp_path: Path):
+    """The rebuilt plan of the fake run and its simulated device peak on an H100."""
+    log = read_run_log(write_log(tmp_path / "probe.jsonl", run_record(**PLAN), [step_record(1)]))
+    rebuilt = rebuild_plan(log)
+    est = estimate(rebuilt.plan, rebuilt.spec, figures=built_in_figures(H100, "12.8"))
+    assert est.device_peak is not None
+    return rebuilt, est
+
+
+def _run(tmp_path: Path, allocated: int, reserved: int):
+    steps = [step_record(n, allocated=allocated, reserved=reserved) for n in (1, 2)]
+    return read_run_log(write_log(tmp_path / "r.jsonl", run_record(**PLAN), steps))
+
+
+def test_calibrate_measures_the_run_against_the_simulation_of_its_own_plan(tmp_path: Path):
+    _, est = _simulated(tmp_path)
+    reserved = round(1.2 * est.device_peak.reserved)  # type: ignore[union-attr]
+    cal, _ = measure(_run(tmp_path, est.allocated_bytes, reserved))
+    assert cal.reserve_correction == pytest.approx(1.2, abs=1e-5)
+
+
+def test_a_run_unlike_its_plan_stores_no_correction(tmp_path: Path):
+    _, est = _simulated(tmp_path)
+    peak = est.device_peak
+    assert peak is not None
+    cal, _ = measure(_run(tmp_path, 2 * peak.reserved, 3 * peak.reserved))
+    assert cal.reserve_correction is None  # 3x: the rebuilt plan is not what ran
+
+
+def test_estimates_scale_their_simulated_reserve_by_the_correction(tmp_path: Path):
+    rebuilt, plain = _simulated(tmp_path)
+    peak = plain.device_peak
+    assert peak is not None
+    cal = Calibration(H100, 300 * MiB, 0.5, "r.jsonl", reserve_correction=1.25)
+    est = estimate(rebuilt.plan, rebuilt.spec, figures=cal.figures)
+    reserve = round(peak.reserved * 1.25) - plain.allocated_bytes
+    assert est.component("allocator reserve") == reserve
+    assert est.device_bytes == plain.allocated_bytes + 300 * MiB + reserve
+    # without a correction the measured fraction of the allocated peak stands, as before
+    old = estimate(rebuilt.plan, rebuilt.spec, figures=Calibration(H100, 0, 0.5, "r").figures)
+    assert old.component("allocator reserve") == round(0.5 * plain.allocated_bytes)
+
+
+def test_the_correction_is_stored_and_checked_when_read(tmp_path: Path):
+    path = tmp_path / "calibration.json"
+    save_calibration(Calibration(H100, 300 * MiB, 0.1, "r", reserve_correction=1.07), path)
+    found, warning = load_calibrations_or_warn(path)
+    assert warning is None and found[H100].reserve_correction == 1.07
+    for bad in (5, "1.1", float("nan"), True):
+        doc = json.loads(path.read_text())
+        doc["gpus"][H100]["reserve_correction"] = bad
+        path.write_text(json.dumps(doc))
+        found, warning = load_calibrations_or_warn(path)
+        assert H100 not in found and warning is not None and "reserve_correction" in warning
