@@ -25,8 +25,10 @@ SEARCH_LIMIT = 1 << 20  # tokens, for a model whose context is not known
 BATCH_LIMIT = 4096  # examples per micro-batch: past any LLM fine-tune's
 # Advice must save at least this share of the need: a change that saves less is no remedy.
 MIN_SAVING_SHARE = 0.01
-# How far above the budget a quick figure may be and still fit once simulated (the quick
-# figure adds a flat 8% reserve; the simulated reserve has been seen from 2% to 50%).
+# How far above the budget a quick figure may be and still be simulated. The quick figure is
+# the tensors + 8% + the context, the simulated one the tensors + a reserve that is never
+# negative + the context, so the simulated figure is above 92% of the quick one: a plan whose
+# quick figure exceeds the budget by more than 8/92 (8.7%) cannot fit once simulated.
 QUICK_MARGIN = 0.10
 
 
