@@ -25,11 +25,6 @@ SEARCH_LIMIT = 1 << 20  # tokens, for a model whose context is not known
 BATCH_LIMIT = 4096  # examples per micro-batch: past any LLM fine-tune's
 # Advice must save at least this share of the need: a change that saves less is no remedy.
 MIN_SAVING_SHARE = 0.01
-# How far above the budget a quick figure may be and still be simulated. The quick figure is
-# the tensors + 8% + the context, the simulated one the tensors + a reserve that is never
-# negative + the context, so the simulated figure is above 92% of the quick one: a plan whose
-# quick figure exceeds the budget by more than 8/92 (8.7%) cannot fit once simulated.
-QUICK_MARGIN = 0.10
 
 
 def _largest(fits: Callable[[int], bool], low: int, high: int) -> int | None:
@@ -58,6 +53,16 @@ def need(plan: Plan, spec: ModelSpec, budget: Budget, exact: bool = True) -> int
 
 def _fits(plan: Plan, spec: ModelSpec, budget: Budget, exact: bool = True) -> bool:
     return need(plan, spec, budget, exact) <= budget.usable_bytes
+
+
+def _surely_too_big(plan: Plan, spec: ModelSpec, budget: Budget) -> bool:
+    """Too big whatever the allocator reserves, decided without simulating it: the tensors'
+    peak and the context alone exceed the budget (the reserve is never negative)."""
+    est = estimate(plan, spec, runtime=budget.kind, figures=budget.figures, simulate=False)
+    low = est.allocated_bytes + est.component("CUDA context")
+    if plan.rule_of_thumb:
+        low = max(low, est.rule_of_thumb_bytes)
+    return low > budget.usable_bytes
 
 
 def _search(fits: Callable[[int, bool], bool], low: int, high: int, largest: bool) -> int | None:
@@ -121,14 +126,13 @@ def largest_model(
     """For each method, the candidate (e.g. the catalogue) with the most parameters that fits."""
     best: dict[str, str | None] = {}
     for method in METHODS:
-        # the largest first; the quick figure passes over those far too big to simulate
+        # the largest first, passing over those too big without simulating them
         ranked = sorted(candidates, key=lambda c: (-c.params, _model_id(c)))
         best[method] = next(
             (
                 _model_id(c)
                 for c in ranked
-                if need(replace(plan, method=method, model=_model_id(c)), c, budget, False)
-                <= budget.usable_bytes * (1 + QUICK_MARGIN)
+                if not _surely_too_big(replace(plan, method=method, model=_model_id(c)), c, budget)
                 and _fits(replace(plan, method=method, model=_model_id(c)), c, budget)
             ),
             None,
@@ -359,14 +363,14 @@ def _smaller_model(
 ) -> tuple[str, int] | None:
     """The largest candidate with fewer parameters than ``spec`` that fits this plan
     unchanged otherwise."""
-    # the largest first; the quick figure passes over those far too big to simulate
+    # the largest first, passing over those too big without simulating them
     smaller = sorted(
         (c for c in candidates if c.params < spec.params),
         key=lambda c: (-c.params, _model_id(c)),
     )
     for c in smaller:
         changed = replace(plan, model=_model_id(c))
-        if need(changed, c, budget, False) > budget.usable_bytes * (1 + QUICK_MARGIN):
+        if _surely_too_big(changed, c, budget):
             continue
         after = need(changed, c, budget)
         if after <= budget.usable_bytes:
