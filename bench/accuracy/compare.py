@@ -128,15 +128,17 @@ def per_rank_section(rows: list[dict[str, Any]], validation: list[dict[str, Any]
         "",
         "## Per rank: FSDP (bench/measure/sharded.py) and DeepSpeed ZeRO",
         "",
-        "One rank's peak allocated bytes in a data-parallel FSDP2 run, measured on a CPU with "
+        "One rank's peak allocated bytes in a data-parallel FSDP run, measured on a CPU with "
         "PyTorch's fake process group under FakeTensorMode (one process standing for any "
         "rank), against the estimate for the same plan. Validated first against real "
         "multi-process gloo runs of a 4-layer model (below). Mixed precision is FSDP2's "
         "MixedPrecisionPolicy (bf16 units, fp32 or bf16 reduce) over fp32 parameters, as "
-        "accelerate upcasts them (trainmem.core.recipes). **Derived from source, not "
-        "measured:** DDP's gradient buckets, NCCL's own buffers "
-        "(outside PyTorch's allocator) and FSDP1 with or without MixedPrecision (torch 2.13 "
-        "refuses to run it without an accelerator).",
+        "accelerate upcasts them, and FSDP1's MixedPrecision (param and buffer dtype bf16, "
+        "bf16 or fp32 reduce) over fp32 flat parameters with the forward under autocast, as "
+        "accelerate prepares it (trainmem.core.recipes; FSDP1 runs on a CPU given "
+        "device_id=cpu, which torch 2.13's _init_utils.py _init_device_handle otherwise "
+        "refuses). **Derived from source, not measured:** DDP's gradient buckets and NCCL's "
+        "own buffers (outside PyTorch's allocator).",
         "",
         "| world | n | median | worst |",
         "|---|---|---|---|",

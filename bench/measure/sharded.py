@@ -4,6 +4,8 @@
     .measure-venv/bin/python bench/measure/sharded.py --out bench/results/measure-cpu-sharded.json
     .measure-venv/bin/python bench/measure/sharded.py --mp --validate \
         --out bench/results/measure-cpu-sharded-mp.json                 # mixed precision (issue 18)
+    .measure-venv/bin/python bench/measure/sharded.py --fsdp1-mp --validate \
+        --out bench/results/measure-cpu-sharded-fsdp1-mp.json           # FSDP1 MixedPrecision
 
 Every rank of a data-parallel run does the same work on its own micro-batch, so one process
 can stand for any rank: PyTorch's fake process group (torch.testing._internal.distributed.
@@ -134,12 +136,18 @@ def wrap(model: torch.nn.Module, plan: Plan, mesh: Any) -> torch.nn.Module:
         "full-shard": ShardingStrategy.FULL_SHARD,
         "shard-grad-op": ShardingStrategy.SHARD_GRAD_OP,
     }[plan.fsdp]
+    # device_id=cpu: without it torch 2.13 refuses a CPU-only process
+    # (_init_utils.py _init_device_handle); given, the flat parameters, their shards and the
+    # collectives' buffers are what they are on a GPU (the CPU's device handle runs the
+    # same code, its streams being no-ops).
     return FullyShardedDataParallel(
         model,
         auto_wrap_policy=ModuleWrapPolicy(kinds),
         sharding_strategy=strategy,
+        mixed_precision=fsdp1_mixed(plan) if mixed_full(plan) else None,
         use_orig_params=True,
         device_mesh=mesh,
+        device_id=torch.device("cpu"),
     )
 
 
@@ -162,13 +170,25 @@ def mixed_policy(plan: Plan) -> Any:
     return MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16, output_dtype=bf16)
 
 
+def fsdp1_mixed(plan: Plan) -> Any:
+    """FSDP1's MixedPrecision as accelerate 1.15 builds it from mixed_precision="bf16"
+    (utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision: param, reduce
+    and buffer dtype bf16), or with an fp32 reduce (torch 2.13 fsdp/api.py MixedPrecision)."""
+    from torch.distributed.fsdp import MixedPrecision
+
+    bf16 = torch.bfloat16
+    reduce = torch.float32 if plan.reduce_dtype == "fp32" else bf16
+    return MixedPrecision(param_dtype=bf16, reduce_dtype=reduce, buffer_dtype=bf16)
+
+
 def step_plan(plan: Plan) -> Plan:
     """The plan train_step runs. Under FSDP2 mixed precision the policy casts (bf16 units,
     bf16 activations) and nothing autocasts: accelerate 1.15's _prepare_fsdp2
     (accelerator.py) never calls prepare_model, which is where the forward gets wrapped in
     autocast and convert_outputs_to_fp32. The model itself is built in fp32 (harness.build
     under bf16-mixed), as fsdp2_prepare_model upcasts trainable parameters to fp32."""
-    return dataclasses.replace(plan, precision="fp32") if mixed_full(plan) else plan
+    fsdp2_mixed = mixed_full(plan) and plan.fsdp_version == 2
+    return dataclasses.replace(plan, precision="fp32") if fsdp2_mixed else plan
 
 
 def sharded_plan(
@@ -328,8 +348,13 @@ def small(entry: dict[str, Any], layers: int) -> dict[str, Any]:
     return {**entry, "name": f"{entry['name']}-{layers}L", "num_hidden_layers": layers}
 
 
-def validation_plans(name: str, mp: bool) -> list[Plan]:
+def validation_plans(name: str, mp: bool, fsdp1_mp: bool = False) -> list[Plan]:
     """The plans checked against real gloo processes first."""
+    if fsdp1_mp:
+        return [
+            sharded_plan(name, "full", w, "full-shard", 1, True, "bf16-mixed", r)
+            for w, r in ((2, "16-bit"), (2, "fp32"), (4, "16-bit"))
+        ]
     if mp:
         return [
             sharded_plan(name, "full", w, "full-shard", 2, True, "bf16-mixed", r)
@@ -341,18 +366,20 @@ def validation_plans(name: str, mp: bool) -> list[Plan]:
     ]
 
 
-def validate(models: dict[str, dict[str, Any]], mp: bool = False) -> list[dict[str, Any]]:
+def validate(
+    models: dict[str, dict[str, Any]], mp: bool = False, fsdp1_mp: bool = False
+) -> list[dict[str, Any]]:
     os.environ["SHARDED_FSDP_MEM_TRACKER"] = "1"
     out = []
     entry = small(models["SmolLM2-135M"], 4)
-    for plan in validation_plans(entry["name"], mp):
+    for plan in validation_plans(entry["name"], mp, fsdp1_mp):
         world, method = plan.world, plan.method
         t0 = time.perf_counter()
         ranks = real_run(entry, plan)
         fake = _fake_run(entry, plan)
         rec = record(entry, plan, fake, time.perf_counter() - t0)
         rec["measured"]["real_ranks"] = ranks
-        if mp:
+        if mp or fsdp1_mp:
             clone = _fake_run(entry, plan, gloo_clone=True)["peak_allocated_bytes"]
             rec["measured"]["fake_with_gloo_input_clone_bytes"] = clone
         out.append(rec)
@@ -387,7 +414,7 @@ def grid(models: dict[str, dict[str, Any]], quick: bool) -> list[tuple[dict[str,
                     variants += [("full-shard", False), ("shard-grad-op", True)]
                 for fsdp, gc_on in variants:
                     cases.append((models[name], sharded_plan(name, method, world, fsdp, 2, gc_on)))
-    for world in (2, 8):  # FSDP1 where it runs (torch 2.13 refuses a CPU-only process)
+    for world in (2, 8):  # FSDP1 in the plan's precision
         plan = sharded_plan("SmolLM2-135M", "full", world, "full-shard", 1, True)
         cases.append((models["SmolLM2-135M"], plan))
     return cases
@@ -400,9 +427,8 @@ def mp_grid(models: dict[str, dict[str, Any]], quick: bool) -> list[tuple[dict[s
     """Full fine-tuning under FSDP2 mixed precision (fp32 master, bf16 units): reduce in fp32
     and in bf16, with and without checkpointing, both models; 4, 16 and 32 ranks too for
     fp32 reduce with checkpointing; 2048 tokens at 8 ranks, where activations set the peak
-    (at 256 the lm_head's backward does, checkpointing or not). FSDP1's MixedPrecision is not
-    here: torch 2.13's FullyShardedDataParallel refuses a CPU-only process, so it stays
-    derived."""
+    (at 256 the lm_head's backward does, checkpointing or not). FSDP1's MixedPrecision is
+    fsdp1_mp_grid's."""
     cases = []
     worlds = (1, 64) if quick else MP_WORLDS
     for name in MODELS:
@@ -424,6 +450,28 @@ def mp_grid(models: dict[str, dict[str, Any]], quick: bool) -> list[tuple[dict[s
                     name, "full", 8, "full-shard", 2, gc_on, "bf16-mixed", "fp32", 2048
                 )
                 cases.append((models[name], plan))
+    return cases
+
+
+FSDP1_MP_WORLDS = (1, 2, 4, 8, 16, 64)
+
+
+def fsdp1_mp_grid(
+    models: dict[str, dict[str, Any]], quick: bool
+) -> list[tuple[dict[str, Any], Plan]]:
+    """Full fine-tuning under FSDP1's MixedPrecision (bf16 units over fp32 flat parameters,
+    the forward under autocast as accelerate's prepare_model wraps it): reduce in bf16
+    (accelerate's) and fp32, with and without checkpointing, both models; 2048 tokens at 8
+    ranks, where a layer's backward (and its gradient's reduce) sets the peak."""
+    cases = []
+    for name in MODELS:
+        for world, seq in [(w, 256) for w in ((2,) if quick else FSDP1_MP_WORLDS)] + [(8, 2048)]:
+            for reduce in ("16-bit", "fp32"):
+                for gc_on in (True, False):
+                    plan = sharded_plan(
+                        name, "full", world, "full-shard", 1, gc_on, "bf16-mixed", reduce, seq
+                    )
+                    cases.append((models[name], plan))
     return cases
 
 
@@ -450,13 +498,15 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="")
     ap.add_argument("--mp", action="store_true", help="the mixed-precision grid (issue 18)")
+    ap.add_argument("--fsdp1-mp", action="store_true", help="FSDP1 MixedPrecision (issue 18)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     models = harness.load_models()
-    records = validate(models, args.mp) if args.validate else []
+    records = validate(models, args.mp, args.fsdp1_mp) if args.validate else []
+    cases = fsdp1_mp_grid if args.fsdp1_mp else mp_grid if args.mp else grid
     write(args.out, records)
     if not args.validate or args.out:
-        for entry, plan in (mp_grid if args.mp else grid)(models, args.quick):
+        for entry, plan in cases(models, args.quick):
             if args.only and args.only not in record(entry, plan, {}, 0)["id"]:
                 continue
             t0 = time.perf_counter()

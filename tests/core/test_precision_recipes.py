@@ -162,6 +162,18 @@ def test_fsdp2_mixed_gathers_bf16_units_and_reduces_in_the_reduce_dtype(reduce, 
     assert step.grad_head == 2 * V * H  # the root's unsharded bf16 gradient
 
 
+@pytest.mark.parametrize(("reduce", "copy"), [("fp32", 4), ("16-bit", 0)])
+def test_fsdp1_mixed_reduces_each_unit_inside_its_hook(reduce, copy):
+    # torch 2.13 fsdp/_runtime_utils.py _post_backward_hook: an fp32 reduce copies the whole
+    # bf16 unit gradient first (flat_param.grad.to(_reduce_dtype)), and _reduce_grad drops
+    # its input before the hook returns: nothing held until the next unit's reduce
+    step = step_sizes(plan(fsdp_version=1, reduce_dtype=reduce), SPEC)
+    assert step.gathered.layer_grad_inflight == (2 + copy) * LAYER_TRAINABLE
+    assert step.gathered.reduce_buffer == 0
+    fsdp2 = step_sizes(plan(reduce_dtype=reduce), SPEC)
+    assert fsdp2.gathered.reduce_buffer == (4 if reduce == "fp32" else 2) * LAYER_TRAINABLE
+
+
 def test_fsdp_mixed_saves_bf16_activations_without_autocast_copies():
     pure = step_sizes(plan(precision="bf16"), SPEC)
     for kw in ({}, dict(stack="loop"), dict(fsdp_version=1), dict(strategy="zero", zero=3)):

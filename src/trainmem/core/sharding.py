@@ -239,8 +239,17 @@ def gathered(
         )
         unit += gathered_elements * min(dt.trainable, 2 if dt.weight == 2 else dt.trainable)
     grad_unit = trainable_layer * dt.grad_compute
+    reduce_unit = trainable_layer * dt.reduce
+    if lay.strategy == "fsdp" and plan.fsdp_version == 1:
+        # FSDP1's post-backward hook reduce-scatters a unit's gradient and drops the input
+        # before it returns (torch 2.13 fsdp/_runtime_utils.py _post_backward_hook,
+        # _reduce_grad): nothing is held until the next unit's. A reduce dtype other than the
+        # gradient's first copies the whole unsharded gradient (flat_param.grad.to(
+        # _reduce_dtype)), alive beside autograd's while it is reduced.
+        inflight = grad_unit + (reduce_unit if dt.reduce != dt.grad_compute else 0)
+        return fsdp_gathered(plan, spec, unit, root, inflight, 0)
     if lay.strategy == "fsdp":
-        return fsdp_gathered(plan, spec, unit, root, grad_unit, trainable_layer * dt.reduce)
+        return fsdp_gathered(plan, spec, unit, root, grad_unit, reduce_unit)
     return zero3_gathered(plan, spec, u, per_elem, dt.grad_compute)
 
 
