@@ -19,6 +19,7 @@ accuracy:
 		bench/results/measure-cpu-stacks.json bench/results/measure-cpu-nodq.json \
 		bench/results/measure-cpu-real-stacks.json bench/results/measure-cpu-sharded.json \
 		bench/results/measure-cpu-sharded-mp.json bench/results/measure-cpu-mlx.json \
+		bench/results/measure-cpu-sharded-fsdp1-mp.json \
 		bench/results/measure-cpu-deepspeed.json \
 		bench/results/measure-cpu-frameworks.json \
 		--out docs/accuracy.md
@@ -36,10 +37,12 @@ measure:
 
 # Re-measure sharded (FSDP2) steps per rank on CPU: fake process group + FakeTensorMode,
 # validated against real 2- and 4-process gloo runs first (~40 min on 2 shared cores), then
-# full fine-tuning under FSDP2 mixed precision (--mp, ~25 min); then DeepSpeed ZeRO 1-3 as real
+# full fine-tuning under FSDP2 mixed precision (--mp, ~25 min) and FSDP1 MixedPrecision
+# (--fsdp1-mp, ~10 min); then DeepSpeed ZeRO 1-3 as real
 # 2- and 4-process runs on its CPU accelerator (~1 min a run on 2 shared cores).
 measure-sharded:
 	.measure-venv/bin/python bench/measure/sharded.py --validate --out bench/results/measure-cpu-sharded.json
 	.measure-venv/bin/python bench/measure/sharded.py --mp --validate --out bench/results/measure-cpu-sharded-mp.json
+	.measure-venv/bin/python bench/measure/sharded.py --fsdp1-mp --validate --out bench/results/measure-cpu-sharded-fsdp1-mp.json
 	.measure-venv/bin/pip install -q deepspeed==0.19.8
 	.measure-venv/bin/python bench/measure/deepspeed_zero.py --out bench/results/measure-cpu-deepspeed.json
