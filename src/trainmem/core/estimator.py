@@ -11,11 +11,10 @@ would report it; ``device`` adds what the runtime of the target device holds
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from trainmem.core.activations import Kernels, autocast_copy_bytes, layer_activations
-from trainmem.core.allocator import Oom
 from trainmem.core.architecture import ModelSpec
-from trainmem.core.device_peak import DevicePeak, device_peak
 from trainmem.core.losses import loss_head
 from trainmem.core.mlx_step import mlx_runtime_note, mlx_step
 from trainmem.core.offload import checkpoint_offload
@@ -51,6 +50,10 @@ from trainmem.core.states import (
 from trainmem.core.step import Step
 from trainmem.core.target import TargetKind
 from trainmem.core.units import fmt_bytes
+
+if TYPE_CHECKING:  # the allocator's simulation loads when a GPU estimate first needs it
+    from trainmem.core.allocator import Oom
+    from trainmem.core.device_peak import DevicePeak
 
 TENSOR_COMPONENTS = (
     "weights",
@@ -118,6 +121,8 @@ class Estimate:
         if kind == "gpu" and self.device_peak is not None:
             peak = self.device_peak
             if figures.gpu_family != self.runtime_figures.gpu_family:  # its own workspaces
+                from trainmem.core.device_peak import device_peak
+
                 step = step_sizes(self.plan, self.model, lay=self.layout)
                 peak = device_peak(
                     self.plan, self.model, step, self.allocated_bytes, figures.gpu_family
@@ -457,6 +462,8 @@ def estimate(
     overhead = runtime_overhead(runtime, allocated, figures)
     peak = None
     if runtime == "gpu" and simulate:
+        from trainmem.core.device_peak import device_peak
+
         peak = device_peak(counted, spec, step, allocated, figures.gpu_family)
         reserve = _simulated_reserve(peak, allocated, figures)
         if reserve is not None:
@@ -513,6 +520,8 @@ def first_failure(est: Estimate, usable_bytes: int) -> tuple[str, Oom] | None:
     OutOfMemoryError reports), or None when the step fits."""
     if est.device_peak is None or est.device_bytes <= usable_bytes:
         return None
+    from trainmem.core.device_peak import device_peak
+
     plan, spec = est.plan, est.model
     capacity = max(0, usable_bytes - est.component("CUDA context"))
     step = step_sizes(plan, spec)
