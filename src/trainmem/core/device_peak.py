@@ -16,11 +16,12 @@ What the simulation gives beyond the tensors' peak:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 from trainmem.core.alloc_conf import AllocatorConfig
-from trainmem.core.allocator import Alloc, Oom, simulate
+from trainmem.core.allocator import Alloc, Event, Oom, simulate
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.plan import Plan
 from trainmem.core.step import Step
@@ -100,17 +101,10 @@ def _device_peak(
     capacity: int | None,
 ) -> DevicePeak:
     built = step_events(plan, spec, step)
-    workspace = workspace_bytes(family)
-    events = [Alloc("cublas workspace", workspace - CUBLASLT_WORKSPACE)]
-    events.append(Alloc("cublaslt workspace", CUBLASLT_WORKSPACE))
-    # the workspaces come at the first matmul: after loading, before the first forward
-    first_forward = _first_forward(built.events)
-    sequence = [*built.events[:first_forward], *events, *built.events[first_forward:]]
+    sequence = with_workspaces(built.events, built.loaded, family)
+    added = len(sequence) - len(built.events)
     marks = tuple(
-        {
-            name: index + len(events) if index >= first_forward else index
-            for name, index in m.items()
-        }
+        {name: index + added if index >= built.loaded else index for name, index in m.items()}
         for m in built.moments
     )
     sim = simulate(sequence, capacity=capacity, config=config, peak_segments=False)
@@ -119,17 +113,21 @@ def _device_peak(
         reserved=sim.peak_reserved,
         allocated=sim.allocated[at] if at >= 0 else 0,
         tensors=tensors,
-        workspaces=workspace,
+        workspaces=workspace_bytes(family),
         moment=_moment(sim.oom.event if sim.oom else at, marks),  # the failing one's, if any
         events=len(sequence),
         oom=sim.oom,
     )
 
 
-def _first_forward(events: tuple[object, ...]) -> int:
-    """Where loading ends: the first event of the first layer's forward."""
-    for index, event in enumerate(events):
-        key = getattr(event, "id", None)
-        if isinstance(key, tuple) and isinstance(key[0], tuple) and key[0][0] in ("kept", "copy"):
-            return index
-    return len(events)
+def with_workspaces(events: Sequence[Event], loaded: int, family: str | None) -> list[Event]:
+    """``events`` with cuBLAS's and cuBLASLt's workspaces allocated where loading ends
+    (``events[:loaded]``): they come at the first matmul and stay. For a synthetic step and a
+    traced one alike (trainmem.probe.trace)."""
+    workspace = workspace_bytes(family)
+    return [
+        *events[:loaded],
+        Alloc("cublas workspace", workspace - CUBLASLT_WORKSPACE),
+        Alloc("cublaslt workspace", CUBLASLT_WORKSPACE),
+        *events[loaded:],
+    ]

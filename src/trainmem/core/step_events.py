@@ -56,6 +56,7 @@ class StepEvents:
 
     events: tuple[Event, ...]
     moments: tuple[dict[str, int], ...]  # one per step simulated
+    loaded: int = 0  # events[:loaded] load the model; the first step starts there
 
 
 def split(total: int, shares: Sequence[int]) -> list[int]:
@@ -168,6 +169,7 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
     transient = _activation_tensors(s.layer_transient, shapes, element)
     dequant = [2 * n for n in shapes.linears] if s.dequant else []
     logit_unit = tokens * spec.vocab
+    loaded = len(b.events)
     for number in range(2):
         at: dict[str, int] = {}
         b.free("loop output")  # a loop's ``out`` of the step before, replaced
@@ -270,7 +272,7 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
         for key in [key for key in b.live if _is_grad(key) and key != "buckets"]:
             b.free(key)
         moments.append(at)
-    return StepEvents(tuple(b.events), tuple(moments))
+    return StepEvents(tuple(b.events), tuple(moments), loaded)
 
 
 def _is_grad(key: Hashable) -> bool:

@@ -40,7 +40,7 @@ from typing import Any
 from trainmem.core.alloc_conf import DEFAULT, AllocatorConfig
 from trainmem.core.allocator import Alloc, Event, Free, simulate
 from trainmem.core.architecture import ModelSpec
-from trainmem.core.device_peak import CUBLASLT_WORKSPACE, workspace_bytes
+from trainmem.core.device_peak import with_workspaces, workspace_bytes
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan, parse_saved_modules
 
@@ -325,17 +325,11 @@ class TracedPeak:
 def traced_peak(
     trace: Trace, config: AllocatorConfig = DEFAULT, family: str | None = None
 ) -> TracedPeak:
-    workspace = workspace_bytes(family)
-    events = [
-        *trace.events[: trace.loaded],
-        Alloc("cublas workspace", workspace - CUBLASLT_WORKSPACE),
-        Alloc("cublaslt workspace", CUBLASLT_WORKSPACE),
-        *trace.events[trace.loaded :],
-    ]
+    events = with_workspaces(trace.events, trace.loaded, family)
     sim = simulate(events, config=config, peak_segments=False)
     at = sim.peak_event
     allocated = sim.allocated[at] if at >= 0 else 0
-    return TracedPeak(sim.peak_reserved, allocated, sim.peak_allocated, workspace)
+    return TracedPeak(sim.peak_reserved, allocated, sim.peak_allocated, workspace_bytes(family))
 
 
 def versions() -> dict[str, str]:
