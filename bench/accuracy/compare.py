@@ -301,9 +301,12 @@ def mlx_section(rows: list[dict[str, Any]]) -> list[str]:
         "",
         "The step's peak beyond the saves (4 logits buffers; the last layer's backward "
         "started while they are alive) is measured by bench/measure/mlx_peak_terms.py "
-        "(bench/results/mlx_peak_terms.txt). Known residuals: DoRA with checkpointing peaks "
-        "at the saves, one recomputed layer and the loss, without the last layer's backward "
-        "on top (over by 6-13%; why MLX's evaluation order differs there is not found); "
+        "(bench/results/mlx_peak_terms.txt). DoRA with checkpointing peaks at the saves, one "
+        "recomputed layer and the loss, without the last layer's backward on top, and on a "
+        "16-bit model keeps an fp32 copy of each trained layer's adapted weights (the upcast "
+        "in tuner/dora.py reads only the weight mx.checkpoint captures): both measured in "
+        "these steps and counted that way, their mechanism in MLX's evaluation not traced; "
+        "the 1024-token DoRA steps were measured after the terms were set. Known residual: "
         "full fine-tunes are 3-6% under (not found).",
         "",
         "| fine-tune | n | median | worst |",

@@ -72,7 +72,8 @@ def cases(subset: str) -> list[dict[str, Any]]:
     """The plans measured. On llama-tiny: every fine-tune type in fp32 (fast on a CPU) with
     checkpointing off and on, at 128 x 2 on half the layers and 512 x 1 on all of them; in
     bf16 on half and all the layers; 4- and 8-bit quantized LoRA (checkpointing off and on)
-    and DoRA; a long rank-32 row and the other optimizers. On qwen2-tiny (tied embeddings,
+    and DoRA; a long rank-32 row and the other optimizers; DoRA with checkpointing at 1024
+    tokens; every fine-tune type in bf16 with checkpointing. On qwen2-tiny (tied embeddings,
     q/k/v biases) a smaller set of the same. bf16 and quantized matrix products are slow on
     MLX's CPU build, hence fewer of those."""
     out: list[dict[str, Any]] = []
@@ -103,6 +104,14 @@ def cases(subset: str) -> list[dict[str, Any]]:
             add(model, "lora", "fp32", False, half, seq=1024, batch=2, rank=32)
             add(model, "full", "fp32", False, half, optimizer="adafactor")
         add(model, "full", "fp32", False, half, optimizer="sgd")
+        # DoRA under checkpointing at sizes the record's DoRA term was not read from
+        add(model, "dora", "fp32", True, -1, seq=1024, batch=1)
+        if not small:
+            for method in ("lora", "dora", "full"):
+                add(model, method, "bf16", True, half)
+            for nl in (2, 6):  # what DoRA keeps per trained layer under checkpointing
+                add(model, "dora", "bf16", True, nl)
+            add(model, "dora", "bf16", True, half, seq=256, batch=1)
     out.sort(key=lambda c: (c["bits"] > 0, c["dtype"] != "fp32"))  # the fast ones first
     if subset == "quick":
         out = out[::7]

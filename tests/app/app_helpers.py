@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from typing import Any
 
 from rich.console import Console
 from textual.app import App
 from textual.pilot import Pilot
+from textual.worker import WorkerCancelled
 
 
 async def settle(app: App[Any], pilot: Pilot[Any]) -> None:
-    """Let messages, thread workers (what-if, file I/O) and the repaint they cause finish."""
+    """Let messages, thread workers (what-if, file I/O) and the repaint they cause finish.
+
+    A worker the app cancels meanwhile (a solve a newer keystroke replaced) is what the app
+    should do, not a failure; a worker that raised still fails the test."""
     await pilot.pause()
-    await app.workers.wait_for_complete()
+    results = await asyncio.gather(*(w.wait() for w in app.workers), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, WorkerCancelled):
+            raise result
     await pilot.pause()
 
 

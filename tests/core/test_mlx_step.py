@@ -141,3 +141,30 @@ def test_loss_peak_holds_four_logits_and_the_last_layers_backward() -> None:
     lora = estimate(plan(), SPEC, "cpu", "system").breakdown["loss backward"]
     dora = estimate(plan(dora=True), SPEC, "cpu", "system").breakdown["loss backward"]
     assert dora["activations"] - lora["activations"] == 4 * tokens * sum(o for _, o in LINEARS) * d
+
+
+def test_dora_under_checkpointing_has_no_last_backward_on_top() -> None:
+    # Measured (bench/results/measure-cpu-mlx.json, three DoRA steps with grad_checkpoint): the
+    # peak is the layers' inputs, one recomputed layer and the loss; LoRA keeps the last
+    # layer's backward on top of that. Both on the same bf16 model, 4 trained layers.
+    tokens, d = 128 * 2, 2
+    lora_in = H + Q + H + FF
+    outputs = sum(o for _, o in LINEARS)
+    lora_layer = tokens * ((2 * H + Q + 2 * KV + 4 * FF) * d + lora_in * 4 + 7 * 8 * 4)
+    lora_layer += 2 * 8 * 128**2 * d
+    dora_layer = lora_layer + tokens * outputs * d  # each adapted output, before m / norm
+    inputs = 4 * tokens * H * d + tokens * H * d  # mx.checkpoint's layer inputs, final norm
+    lora = estimate(plan(grad_ckpt=True), SPEC, "cpu", "system").breakdown["loss backward"]
+    assert lora["activations"] == inputs + lora_layer + lora_layer + tokens * outputs * 4
+    # tuner/dora.py's ``w + (scale * lora_b.T) @ lora_a.T`` upcasts the bf16 weight: an fp32
+    # copy of each adapted weight per trained layer stays from the forward to its backward
+    upcast = 4 * sum(i * o for i, o in LINEARS)
+    dora = estimate(plan(grad_ckpt=True, dora=True), SPEC, "cpu", "system").breakdown
+    assert dora["loss backward"]["activations"] == inputs + 4 * upcast + dora_layer
+    assert dora["backward (first layer)"]["activations"] == tokens * H * d + upcast + dora_layer
+    fp32 = estimate(plan(grad_ckpt=True, dora=True, precision="fp32"), SPEC, "cpu", "system")
+    d32 = 4  # an fp32 model's weight needs no upcast
+    assert fp32.breakdown["loss backward"]["activations"] == 5 * tokens * H * d32 + (
+        tokens * ((2 * H + Q + 2 * KV + 4 * FF) * d32 + lora_in * 4 + 7 * 8 * 4 + outputs * d32)
+        + 2 * 8 * 128**2 * d32
+    )

@@ -63,7 +63,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
         prefix = "if trained on this CPU: " if report.cpu_only else ""
         line = Text.assemble(
             safe(f"{prefix}{target.name}"),
-            f" ({target.kind}, usable {fmt_bytes(fit.usable_bytes)}): ",
+            f" ({target.kind}, usable {fmt_bytes(fit.usable_bytes)}"
+            f"{f': {target.basis}' if target.basis else ''}): ",
             *_verdict(fit, "the rule of thumb" if plan.rule_of_thumb else "the device peak"),
         )
         if plan.rule_of_thumb:  # the rule alone could pass a peak that does not fit

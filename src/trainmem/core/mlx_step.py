@@ -30,9 +30,10 @@ What differs from the PyTorch stacks:
   logits-sized buffers, and the last layer's backward working set, about one more layer's
   saves (LoRA's, without DoRA's outputs; on a 16-bit model plus the fp32 gradient of each
   adapted output, LoRA's branch being fp32), which the evaluation order starts while the
-  loss's buffers are still alive. The last two are measured, not read: the real step with
-  one size varied at a time (bench/measure/mlx_peak_terms.py, its output in
-  bench/results/mlx_peak_terms.txt). The update itself runs in place.
+  loss's buffers are still alive (not with DoRA under checkpointing, measured). The last
+  two are measured, not read: the real step with one size varied at a time
+  (bench/measure/mlx_peak_terms.py, its output in bench/results/mlx_peak_terms.txt). The
+  update itself runs in place.
 - Optimizers (mlx/optimizers/optimizers.py): Adam and AdamW keep m and v in the parameter's
   dtype; SGD always creates v (init_single), used or not; Adafactor keeps a row and a column
   factor per matrix (no first moment by default).
@@ -208,6 +209,17 @@ def mlx_step(plan: Plan, spec: ModelSpec, gpu_loss: bool) -> MlxStep:
         )
     if plan.grad_ckpt:  # mx.checkpoint keeps the layer's input; one layer recomputes
         kept, recompute = tokens * spec.hidden * d, layer
+        if plan.dora and d < LORA_BYTES:
+            # DoRA's ``w + (scale * lora_b.T) @ lora_a.T`` (tuner/dora.py) upcasts the frozen
+            # 16-bit weight to fp32. That upcast reads only the weight mx.checkpoint captures,
+            # none of its inputs, so it is kept, not recomputed: an fp32 copy of every adapted
+            # weight per trained layer, from the forward to that layer's backward. Measured
+            # (bf16, 2, 4 and 6 trained layers: about 2.9 MB more per layer of llama-tiny, its
+            # adapted weights' fp32 bytes); the mechanism is read from the source, not traced.
+            kept += (
+                sum(lin.count * lin.in_features * lin.out_features for lin in _adapted(plan, spec))
+                * LORA_BYTES
+            )
     else:
         kept, recompute = layer, 0
     # the last layer's backward working set, alive with the loss's buffers (measured); on a
@@ -217,6 +229,13 @@ def mlx_step(plan: Plan, spec: ModelSpec, gpu_loss: bool) -> MlxStep:
     if plan.trains_adapter and d < LORA_BYTES:
         outputs = sum(lin.count * lin.out_features for lin in _adapted(plan, spec))
         last_backward += tokens * outputs * LORA_BYTES
+    if plan.dora and plan.grad_ckpt:
+        # Measured, not read: DoRA under checkpointing peaks at the saves, the recomputed
+        # layer and the loss's buffers, with no backward working set on top (three steps,
+        # two architectures, 128-512 tokens: what is left beyond the saves and the loss is
+        # one layer's recomputation within 1 MB, bench/results/measure-cpu-mlx.json); MLX's
+        # evaluation order there is not traced to its source.
+        last_backward = 0
     final_norm = tokens * spec.hidden * d
     logits = tokens * spec.vocab * d
     loss = logits * (METAL_LOSS_BUFFERS if gpu_loss else CPU_LOSS_BUFFERS)

@@ -79,6 +79,23 @@ def _mlx(plan: Plan) -> bool:
     return stack_record(plan.stack).engine == "mlx"
 
 
+def _not_mlx(plan: Plan) -> bool:
+    return not _mlx(plan)
+
+
+def _mlx_rules(plan: Plan) -> None:
+    """What the mlx stack cannot be asked for: mlx-lm's own loss (tuner/trainer.py
+    default_loss) and one process (its data parallelism over Macs is not modelled)."""
+    if plan.loss not in ("auto", "standard"):
+        raise PlanError(
+            "loss", "mlx-lm computes its own loss (default_loss): use auto on the mlx stack"
+        )
+    if plan.world > 1 or plan.sharding != "ddp":
+        raise PlanError(
+            "gpus", "the mlx stack plans one Mac: mlx-lm's distributed training is not modelled"
+        )
+
+
 def _mlx_adapter(plan: Plan) -> bool:
     return _mlx(plan) and _adapter(plan)
 
@@ -206,6 +223,7 @@ class Plan:
             choices=LOSSES,
             advanced=True,
             section=STACK,
+            applies=_not_mlx,  # mlx-lm computes its own (trainmem.core.plan _mlx_rules)
         ),
     )
     lora_rank: int = plan_field(
@@ -605,6 +623,8 @@ class Plan:
             raise PlanError(
                 "loss", "the fused kernels (Liger, Cut Cross-Entropy) need bf16 or fp16"
             )
+        if _mlx(plan):
+            _mlx_rules(plan)
         try:
             parse_alloc_conf(plan.alloc_conf)
         except AllocConfError as exc:

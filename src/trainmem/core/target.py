@@ -5,8 +5,10 @@ A value only; the devices layer builds these from presets, sizes and the machine
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
+
+from trainmem.core.units import fmt_bytes
 
 TargetKind = Literal["gpu", "unified", "system"]
 
@@ -20,6 +22,12 @@ class DeviceTarget:
     kind: TargetKind
     total_bytes: int
     usable_bytes: int
+    # Unified memory on a Mac: macOS's GPU working-set limit (Metal's
+    # recommendedMaxWorkingSetSize, raised by ``sysctl iogpu.wired_limit_mb``), read on the Mac
+    # or stated (``wired:SIZE``); None where unknown.
+    wired_bytes: int | None = None
+    # Why ``usable_bytes`` is what it is, where it is not the device's own memory or 3/4 rule.
+    basis: str = ""
 
     @classmethod
     def gpu(cls, name: str, total_bytes: int) -> DeviceTarget:
@@ -32,3 +40,20 @@ class DeviceTarget:
     @classmethod
     def system(cls, name: str, total_bytes: int) -> DeviceTarget:
         return cls(name, "system", total_bytes, total_bytes)
+
+    def for_stack(self, stack: str) -> DeviceTarget:
+        """The target as a run of ``stack`` may use it. An MLX run on a Mac is bounded by the
+        GPU working set macOS lets Metal wire: mlx-lm wires exactly that
+        (mlx_lm/utils.py maybe_set_recommended_wired_limit, mlx-lm 0.32.2) and MLX trims its
+        cache against it (mlx/backend/metal/allocator.cpp, MLX 0.32). Where it is unknown the
+        guide's 3/4 stays, and says so."""
+        if stack != "mlx" or self.kind != "unified":
+            return self
+        if self.wired_bytes:
+            basis = f"macOS's GPU working set; the guide's 3/4 is {fmt_bytes(self.usable_bytes)}"
+            return replace(self, usable_bytes=self.wired_bytes, basis=basis)
+        return replace(
+            self,
+            basis="the guide's 3/4; macOS's GPU working set is read on the Mac (mlx installed) "
+            "or stated as wired:SIZE",
+        )

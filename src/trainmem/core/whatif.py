@@ -281,6 +281,9 @@ def advice(
                 None,
             )
         )
+    if plan.tooling.engine == "mlx":  # mlx-lm's own remedies, none of the torch stacks'
+        options += _mlx_options(plan, spec)
+        return _re_estimated(plan, spec, budget, candidates, now, options)
     if not plan.training.quantized_base:
         options.append(("switch to QLoRA (4-bit base)", {"method": "qlora"}, None))
     if not plan.grad_ckpt:
@@ -343,6 +346,46 @@ def advice(
         )
     if plan.world > 1 or layout(plan).strategy != "single":
         options += _sharding_options(plan, spec, budget)
+    return _re_estimated(plan, spec, budget, candidates, now, options)
+
+
+def _mlx_options(plan: Plan, spec: ModelSpec) -> list[tuple[str, dict[str, object], str | None]]:
+    """mlx_lm.lora's own switches (mlx_lm/lora.py CONFIG_DEFAULTS, mlx-lm 0.32.2): a model
+    MLX quantized, --grad-checkpoint, LoRA instead of a full fine-tune, fewer trained layers."""
+    options: list[tuple[str, dict[str, object], str | None]] = []
+    if not plan.training.quantized_base:
+        options.append(
+            ("train on a 4-bit model MLX quantized (mlx_lm.convert -q)", {"method": "qlora"}, None)
+        )
+    if not plan.grad_ckpt:
+        options.append(
+            ("enable checkpointing (mlx_lm.lora --grad-checkpoint)", {"grad_ckpt": True}, None)
+        )
+    if plan.training.trains_base:
+        options.append(("fine-tune with LoRA (--fine-tune-type lora)", {"method": "lora"}, None))
+    trained = spec.layers if plan.mlx_num_layers <= 0 else min(plan.mlx_num_layers, spec.layers)
+    if trained > 8:
+        fewer = max(8, trained // 2)
+        options.append(
+            (
+                f"train the last {fewer} layers only (--num-layers {fewer})",
+                {"mlx_num_layers": fewer},
+                "fewer layers adapted: less for the fine-tune to change",
+            )
+        )
+    return options
+
+
+def _re_estimated(
+    plan: Plan,
+    spec: ModelSpec,
+    budget: Budget,
+    candidates: Sequence[ModelSpec],
+    now: int,
+    options: list[tuple[str, dict[str, object], str | None]],
+) -> list[Advice]:
+    """Each option re-estimated, then a smaller model; those saving too little dropped."""
+    usable = budget.usable_bytes
     result = []
     for action, changes, warning in options:
         after = need(replace(plan, **changes), spec, budget)  # type: ignore[arg-type]

@@ -101,6 +101,8 @@ class DeviceReading:
     swap_total_bytes: int | None = None
     swap_used_bytes: int | None = None
     field_errors: tuple[tuple[str, str], ...] = ()
+    # Unified memory on a Mac: the GPU working set macOS lets Metal wire (None: not read).
+    wired_limit_bytes: int | None = None
     peak_used_bytes: int | None = None  # filled in by the Sampler
     stale_s: float | None = None  # filled in by the Sampler
 

@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 from trainmem.devices.nvml import NvmlReader
 from trainmem.devices.snapshot import DeviceKind, DeviceReading, NvmlStatus, ProcessReading
 from trainmem.devices.system import SYSTEM_ID, SystemReader
-from trainmem.devices.unified import UNIFIED_ID, apple_device, as_unified
+from trainmem.devices.unified import UNIFIED_ID, apple_device, as_unified, working_set_bytes
 
 
 class SourceUnavailable(Exception):
@@ -104,7 +104,8 @@ class AppleSource:
         self.system = system
 
     def read(self) -> tuple[DeviceReading, ...]:
-        return (apple_device(self.system.read()),)
+        ram = self.system.read()
+        return (apple_device(ram, wired_limit_bytes=working_set_bytes(ram.total_bytes)),)
 
 
 def merge(

@@ -8,10 +8,11 @@ its unit; a name that is no preset is answered with the presets it may mean.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from trainmem.core.target import DeviceTarget
-from trainmem.core.units import parse_size, shown
+from trainmem.core.units import fmt_bytes, parse_size, shown
 from trainmem.devices.presets import resolve_preset, suggest_presets
 
 if TYPE_CHECKING:
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 ACCEPTED = (
     "a preset (e.g. RTX-4090, H100-80GB, mac-36GB), a size (24GiB, 80GB), unified:36GB, "
-    "ram:2TB (a node's host RAM, beside its GPUs), auto, or a comma-separated list of these"
+    "ram:2TB (a node's host RAM, beside its GPUs), wired:27GB (macOS's GPU working set, beside "
+    "unified memory), auto, or a comma-separated list of these"
 )
 LIST_THEM = "trainmem-tui devices --presets lists them"
 MAX_ITEMS = 64  # devices in one spec: far more than any plan is judged against
@@ -37,7 +39,8 @@ def parse_device_spec(
     apple: bool | None = None,
 ) -> list[DeviceTarget]:
     """``"RTX-4090"``, ``"24GiB"``, ``"unified:36GB"``, ``"auto"``, ``"A100-80GB,24GiB"``,
-    ``"H100-80GB,ram:2TB"`` (the node's RAM: its host-RAM need is judged against it).
+    ``"H100-80GB,ram:2TB"`` (the node's RAM: its host-RAM need is judged against it),
+    ``"mac-36GB,wired:30GB"`` (macOS's GPU working set: what an MLX run may use).
 
     ``auto`` reads the machine now (NVML and psutil: call it off the UI thread). Raises
     ValueError with a one-line message naming what is accepted.
@@ -48,9 +51,32 @@ def parse_device_spec(
     if not spec.strip() or any(not s for s in items):
         raise ValueError(f"empty device in {shown(spec)}; use {ACCEPTED}")
     targets: list[DeviceTarget] = []
+    wired: int | None = None
     for item in items:
-        targets.extend(_parse_one(item, nvml, system, apple))
+        kind, _, size_text = item.rpartition(":")
+        if kind.strip().lower() == "wired":
+            wired = parse_size(size_text)
+        else:
+            targets.extend(_parse_one(item, nvml, system, apple))
+    if wired is not None:
+        return _with_wired(targets, wired, spec)
     return targets
+
+
+def _with_wired(targets: list[DeviceTarget], wired: int, spec: str) -> list[DeviceTarget]:
+    """``wired:SIZE``: the GPU working set of the unified memory beside it (what
+    ``sysctl iogpu.wired_limit_mb`` set, or Metal's recommendedMaxWorkingSetSize)."""
+    unified = [t for t in targets if t.kind == "unified"]
+    if not unified:
+        raise ValueError(
+            f"wired: is macOS's GPU limit of unified memory; give unified:SIZE or a mac "
+            f"preset beside it in {shown(spec)}"
+        )
+    if any(wired > t.total_bytes for t in unified):
+        raise ValueError(f"wired:{fmt_bytes(wired)} is more than the unified memory beside it")
+    return [
+        dataclasses.replace(t, wired_bytes=wired) if t.kind == "unified" else t for t in targets
+    ]
 
 
 def _parse_one(
@@ -65,7 +91,8 @@ def _parse_one(
     kind = kind.strip().lower()
     if kind not in ("", "gpu", "unified", "ram"):
         raise ValueError(
-            f"unknown device kind {shown(kind)} in {shown(item)}; use gpu:, unified: or ram:"
+            f"unknown device kind {shown(kind)} in {shown(item)}; "
+            "use gpu:, unified:, ram: or wired:"
         )
     try:
         size = parse_size(size_text)
@@ -126,7 +153,8 @@ def targets_from_readings(devices: Sequence[DeviceReading]) -> list[DeviceTarget
             remote[(d.name, d.total_bytes)] = remote.get((d.name, d.total_bytes), 0) + 1
             continue
         if d.kind == "unified":
-            targets.append(DeviceTarget.unified(d.name, d.total_bytes))
+            target = DeviceTarget.unified(d.name, d.total_bytes)
+            targets.append(dataclasses.replace(target, wired_bytes=d.wired_limit_bytes))
         elif d.mig:
             targets.extend(
                 DeviceTarget.gpu(f"{d.id} {m.name or f'MIG {m.index}'}", m.total_bytes)

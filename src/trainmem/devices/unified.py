@@ -28,7 +28,28 @@ def is_apple_silicon(system: str | None = None, machine: str | None = None) -> b
     return system == "Darwin" and machine == "arm64"
 
 
-def apple_device(ram: DeviceReading, name: str = "Apple silicon (unified memory)") -> DeviceReading:
+def working_set_bytes(total_bytes: int | None) -> int | None:
+    """macOS's GPU working-set limit (Metal's recommendedMaxWorkingSetSize, which follows
+    ``sysctl iogpu.wired_limit_mb``), read through MLX where it is installed
+    (``mx.device_info()["max_recommended_working_set_size"]``, MLX 0.32). None without MLX,
+    off a Mac's GPU, or outside (0, total]. Imports MLX: call it off the UI thread."""
+    try:
+        import mlx.core as mx  # optional: the mlx extra
+
+        info = mx.device_info()
+    except (ImportError, RuntimeError, AttributeError):
+        return None
+    value = info.get("max_recommended_working_set_size") if isinstance(info, dict) else None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        return None
+    return value if total_bytes is None or value <= total_bytes else None
+
+
+def apple_device(
+    ram: DeviceReading,
+    name: str = "Apple silicon (unified memory)",
+    wired_limit_bytes: int | None = None,
+) -> DeviceReading:
     """The unified pool of a Mac, from the system RAM reading."""
     return DeviceReading(
         id=UNIFIED_ID,
@@ -39,6 +60,7 @@ def apple_device(ram: DeviceReading, name: str = "Apple silicon (unified memory)
         free_bytes=ram.free_bytes,
         usable_bytes=None if ram.total_bytes is None else usable_unified(ram.total_bytes),
         unavailable=ram.unavailable,
+        wired_limit_bytes=wired_limit_bytes,
     )
 
 

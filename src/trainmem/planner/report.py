@@ -226,6 +226,8 @@ class Report:
                     "kind": t.kind,
                     "total_bytes": t.total_bytes,
                     "usable_bytes": f.usable_bytes,
+                    **({"usable_basis": t.basis} if t.basis else {}),
+                    **({"wired_bytes": t.wired_bytes} if t.wired_bytes else {}),
                     "required_bytes": f.required_bytes,
                     "verdict": f.verdict,
                     "headroom_bytes": f.headroom_bytes,
@@ -320,6 +322,7 @@ def build_report(
     spec = spec or resolve_model(plan.model)
     if targets is None:
         targets = parse_device_spec(plan.device)
+    targets = [t.for_stack(plan.stack) for t in targets]  # an MLX run: macOS's working set
     # Beside GPUs, system RAM is the node's (``ram:2TB``, or this machine's under ``auto``):
     # the host RAM the run needs is judged on it, not the step, which runs on the GPUs.
     ram_targets = [t for t in targets if t.kind == "system"]
@@ -364,7 +367,9 @@ def build_report(
     from trainmem.core import whatif  # the searches: only when solving, not per keystroke
 
     models = catalog.specs()
-    sharding_wanted = plan.world > 1 or not (fits[0].fits and peaks[0].fits)
+    # the mlx stack plans one Mac (trainmem.core.plan _mlx_rules): no strategy to search
+    torch = plan.tooling.engine == "torch"
+    sharding_wanted = torch and (plan.world > 1 or not (fits[0].fits and peaks[0].fits))
     answers = WhatIf(
         device=targets[0].name,
         max_seq_len=whatif.max_seq_len(plan, spec, first),

@@ -143,7 +143,9 @@ def peaks_text(est: Estimate) -> Text:
     return out
 
 
-def fit_line(fit: FitResult) -> Text:
+def fit_line(fit: FitResult, basis: str = "") -> Text:
+    """The verdict on one device; ``basis``: why its usable figure is what it is (an MLX
+    plan on a Mac: macOS's GPU working set), where the target says."""
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append_text(verdict_text(fit.verdict))
     out.append(" " * max(1, 10 - len(fit.verdict)))
@@ -154,6 +156,8 @@ def fit_line(fit: FitResult) -> Text:
         out.append(f"{fmt_bytes(fit.headroom_bytes)} headroom ({pct:.0f}%)")
     out.append(f"  {short_device_name(fit.device)} ", style="bold")
     out.append(f"({fmt_bytes(fit.usable_bytes)} usable)", style="dim")
+    if basis:
+        out.append(f" {basis}", style="dim")
     return out
 
 
@@ -182,7 +186,7 @@ CPU_ONLY_PROMPT = (
 def fit_text(report: Report) -> Text:
     if not report.fit:
         return Text("Waiting for devices…", style="dim")
-    lines = [fit_line(f) for f in report.fit]
+    lines = [fit_line(f, t.basis) for f, t in zip(report.fit, report.targets, strict=True)]
     if report.estimate.plan.rule_of_thumb:  # the rule alone could pass a peak that does not fit
         lines = [
             line + Text(f"  {on}", style="dim")
