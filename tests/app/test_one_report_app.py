@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from app_helpers import settle
 
 from trainmem.cli.main import main
 from trainmem.core.calibration import Calibration
@@ -58,3 +59,24 @@ def test_a_rule_of_thumb_plan_shows_both_verdicts_and_is_judged_on_the_worse():
     assert report.deciding_fit == report.peak_fit
     assert verdict_cell(report).startswith("too big")
     assert "too big" in headline_text(report).plain.lower()
+
+
+async def test_an_mlx_plan_on_a_mac_shows_the_working_set_it_is_judged_on(capsys, demo_app):
+    """`plan --json` and the dashboard judge an MLX plan on macOS's GPU working set (stated
+    here as wired:30GB), and the dashboard's fit line says which figure it is."""
+    from trainmem.app.widgets.breakdown import fit_text
+    from trainmem.cli.dashboard_cmd import startup
+
+    flags = ["--model", "Qwen/Qwen2.5-7B", "--method", "qlora", "--stack", "mlx"]
+    flags += ["--device", "mac-36GB,wired:30GB"]
+    assert main(["plan", *flags, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fit"][0]["usable_bytes"] == 30 * 10**9
+    _ns, plan_set, messages, _broken = startup(flags)
+    app = demo_app(plan_set=plan_set, startup_messages=messages)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        report = app.state.report
+        assert report is not None
+        assert report.fit[0].usable_bytes == 30 * 10**9
+        assert "macOS's GPU working set" in fit_text(report).plain

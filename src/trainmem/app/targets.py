@@ -22,10 +22,4 @@ def snapshot_targets(snapshot: Snapshot | None) -> list[DeviceTarget]:
 
 def plan_targets(spec: str, snapshot: Snapshot | None) -> list[DeviceTarget]:
     """Targets for the plan's device field; raises ValueError with the parser's message."""
-    targets: list[DeviceTarget] = []
-    for item in spec.split(","):
-        if item.strip().lower() == "auto":
-            targets.extend(snapshot_targets(snapshot))
-        else:
-            targets.extend(parse_device_spec(item))
-    return targets
+    return parse_device_spec(spec, auto=lambda: snapshot_targets(snapshot))

@@ -16,7 +16,7 @@ from trainmem.core.units import fmt_bytes, parse_size, shown
 from trainmem.devices.presets import resolve_preset, suggest_presets
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from trainmem.devices.nvml import NvmlReader
     from trainmem.devices.snapshot import DeviceReading
@@ -37,13 +37,15 @@ def parse_device_spec(
     nvml: NvmlReader | None = None,
     system: SystemReader | None = None,
     apple: bool | None = None,
+    auto: Callable[[], list[DeviceTarget]] | None = None,
 ) -> list[DeviceTarget]:
     """``"RTX-4090"``, ``"24GiB"``, ``"unified:36GB"``, ``"auto"``, ``"A100-80GB,24GiB"``,
     ``"H100-80GB,ram:2TB"`` (the node's RAM: its host-RAM need is judged against it),
     ``"mac-36GB,wired:30GB"`` (macOS's GPU working set: what an MLX run may use).
 
-    ``auto`` reads the machine now (NVML and psutil: call it off the UI thread). Raises
-    ValueError with a one-line message naming what is accepted.
+    ``auto`` reads the machine now (NVML and psutil: call it off the UI thread), or is what
+    the ``auto`` callable answers (the dashboard's latest sample). Raises ValueError with a
+    one-line message naming what is accepted.
     """
     items = [s.strip() for s in spec.split(",", MAX_ITEMS)]
     if len(items) > MAX_ITEMS:
@@ -56,6 +58,8 @@ def parse_device_spec(
         kind, _, size_text = item.rpartition(":")
         if kind.strip().lower() == "wired":
             wired = parse_size(size_text)
+        elif auto is not None and item.lower() == "auto":
+            targets.extend(auto())
         else:
             targets.extend(_parse_one(item, nvml, system, apple))
     if wired is not None:
