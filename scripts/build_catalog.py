@@ -9,9 +9,10 @@ config, the published figure and why the two differ, its sources, and its other 
 
 Checks, each failing the build: transformers (on the meta device, no memory) builds exactly
 the count the estimator computes; a checkpoint's safetensors total (an MXFP4 one's read as
-mxfp4_params does) or an exact published count, where a source gives one, equals that
-count; an alias backed by a config.json copy gives the very same ModelSpec as its
-target. --check compares with the committed file instead of writing it.
+mxfp4_params does; an index's total_size in bytes as bytes per element x count) or an exact
+published count, where a source gives one, equals that count; an alias backed by a config.json
+copy gives the very same ModelSpec as its target. --check compares with the committed file
+instead of writing it.
 """
 
 from __future__ import annotations
@@ -105,6 +106,14 @@ def added(entry: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> dict[str, 
         if total != count:
             raise BuildError(f"{entry['hf_id']}: safetensors total {total:,} != {count:,}")
         notes.append(f"matches the checkpoint's safetensors total {total:,} ({source})")
+    if "safetensors_bytes" in entry:  # an index's metadata.total_size, in bytes
+        size, width, source = entry["safetensors_bytes"]
+        if size != count * width:
+            raise BuildError(f"{entry['hf_id']}: {size:,} bytes != {width} x {count:,}")
+        notes.append(
+            f"matches the checkpoint's safetensors index: total_size {size:,} bytes = "
+            f"{width} bytes x {count:,} ({source})"
+        )
     if "mxfp4_safetensors" in entry:
         bf16, u8, source = entry["mxfp4_safetensors"]
         total = mxfp4_params(bf16, u8)

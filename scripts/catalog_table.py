@@ -33,6 +33,20 @@ WARPIO = (
 )
 
 
+OPENMOSE = "OpenMOSE/RWKV-LM-RLHF:main/tokenizer/mistralsmall3/{}@{}"
+# transformers' converter from Mistral's params.json to a config.json (convert_config: dim,
+# n_layers, hidden_dim, n_heads, n_kv_heads, head_dim, vocab_size, rope_theta, max_seq_len ->
+# max_position_embeddings; no sliding_window in params.json -> None; MistralConfig's untied head)
+MISTRAL_CONVERT = (
+    "huggingface/transformers:src/transformers/models/mistral/convert_mistral_weights_to_hf.py"
+    "@15ea02a2add1672acbeee158a9448720d6093de1"
+)
+MS_INDEX = OPENMOSE.format(
+    "model.safetensors.index.json", "7e8f62ab3f43bd70de656d5205d1cb4216b4ea58"
+)
+SMOLLM3 = "fetchwiki/HuggingFaceTB-SmolLM3-3B:{}@24f7882f92998ee0e691d105ade637afc3e5171f"
+
+
 def card(repo: str) -> str:
     """Copies of Hub model cards (README.md), one folder per repo."""
     return f"ZHUI/paddlenlp_model_readme:{repo}/index.md@40a7101e89dcf9a0dedb0e0d48c8c357fcc95996"
@@ -278,6 +292,115 @@ ENTRIES: list[dict[str, Any]] = [
         ),
         "exact": (116829156672, keras("gpt_oss_120b_en", "gpt_oss/gpt_oss_presets.py")),
         "sources": [alain("openai-gpt-oss-120b")],
+    },
+]
+
+ENTRIES += [
+    {
+        "name": "Phi-4-mini-instruct",
+        "hf_id": "microsoft/Phi-4-mini-instruct",
+        "why": "not in the reference set",
+        "config": hub_config(
+            model_type="phi3",
+            hidden_size=3072,
+            num_hidden_layers=32,
+            num_attention_heads=24,
+            num_key_value_heads=8,
+            intermediate_size=8192,
+            vocab_size=200064,
+            tie_word_embeddings=True,
+            max_position_embeddings=131072,
+            torch_dtype="bfloat16",
+            partial_rotary_factor=0.75,
+            rms_norm_eps=1e-05,
+            rope_theta=10000.0,
+            sliding_window=262144,
+        ),
+        "notes": ["partial_rotary_factor 0.75 (RoPE on 3/4 of each head) adds no parameter"],
+        "published": "3.8B parameters (model card)",
+        "sources": [
+            f"{MLC} ('phi-4' preset: the config.json of _name_or_path Phi-4-mini-instruct, "
+            "tie_word_embeddings true)",
+            f"{LITGPT} ('Phi-4-mini-instruct': the same shapes, padded vocab 200064, "
+            "rotary_percentage 0.75, block_size 131072)",
+        ],
+    },
+    {
+        "name": "SmolLM3-3B",
+        "hf_id": "HuggingFaceTB/SmolLM3-3B",
+        "why": "not in the reference set",
+        "config": hub_config(
+            model_type="smollm3",
+            hidden_size=2048,
+            num_hidden_layers=36,
+            num_attention_heads=16,
+            num_key_value_heads=4,
+            intermediate_size=11008,
+            vocab_size=128256,
+            tie_word_embeddings=True,
+            max_position_embeddings=65536,
+            torch_dtype="bfloat16",
+            attention_bias=False,
+            mlp_bias=False,
+            rms_norm_eps=1e-06,
+            rope_theta=5000000.0,
+            no_rope_layer_interval=4,
+        ),
+        "notes": [
+            "its config.json has no tie_word_embeddings: SmolLM3Config's default True "
+            "(transformers 5.24 configuration_smollm3.py), written out here",
+            "every 4th layer without RoPE (no_rope_layers) has the same parameters as the others",
+        ],
+        "published": "SmolLM3 is a 3B parameter language model (model card)",
+        # keras-hub's count holds one 64-element inv_freq weight in each of the 36 layers'
+        # rotary embedding (smollm3_layers.py SmolLM3RotaryEmbedding.add_weight), which the
+        # Hub checkpoint and transformers do not have
+        "exact": (
+            3075100928 - 36 * 64,
+            f"{keras('smollm3_3b_en', 'smollm3/smollm3_presets.py')} 3,075,100,928 less its "
+            "36 x 64 rotary inv_freq weights",
+        ),
+        "sources": [
+            f"{SMOLLM3.format('config.json')} (a copy of the Hub repo's config.json)",
+            f"{SMOLLM3.format('model_files.json')} (two safetensors files of 6,150,235,008 "
+            "bytes in all: 16-bit weights, one embedding matrix)",
+        ],
+    },
+    {
+        "name": "Mistral-Small-24B-Instruct-2501",
+        "hf_id": "mistralai/Mistral-Small-24B-Instruct-2501",
+        "why": "not in the reference set",
+        "config": hub_config(
+            model_type="mistral",
+            hidden_size=5120,
+            num_hidden_layers=40,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            intermediate_size=32768,
+            vocab_size=131072,
+            tie_word_embeddings=False,
+            max_position_embeddings=32768,
+            rms_norm_eps=1e-05,
+            rope_theta=100000000.0,
+            sliding_window=None,
+        ),
+        "notes": [
+            "config.json fields as transformers' convert_config builds them from the repo's "
+            "params.json; torch_dtype not in the sources (the index's 2 bytes per element: "
+            "16-bit)"
+        ],
+        "published": "Mistral Small 3 (2501) ... boasting 24B parameters (model card)",
+        "safetensors_bytes": (47144806400, 2, MS_INDEX),
+        "sources": [
+            f"{OPENMOSE.format('params.json', 'c394e06d2ea0fdad4679af83b9dd77b517a87f49')} "
+            "(the repo's params.json: dim 5120, n_layers 40, head_dim 128, hidden_dim 32768, "
+            "n_heads 32, n_kv_heads 8, vocab 131072, rope_theta 1e8, max_seq_len 32768)",
+            f"{OPENMOSE.format('README.md', 'f4763414ec44c3bf01eb7dd08ffcec7a95257873')} "
+            "(the model card of Mistral-Small-24B-Instruct-2501 beside them)",
+            f"{MS_INDEX} (lm_head.weight beside model.embed_tokens.weight: untied)",
+            f"{MISTRAL_CONVERT} (convert_config)",
+        ],
     },
 ]
 
@@ -1019,6 +1142,22 @@ UNSLOTH_ROWS: list[tuple[str, tuple[str, ...]]] = [
             "unsloth/phi-4-reasoning",
             "microsoft/Phi-4-reasoning",
             "unsloth/phi-4-reasoning-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/Phi-4-mini-instruct-unsloth-bnb-4bit",
+        (
+            "unsloth/Phi-4-mini-instruct",
+            "microsoft/Phi-4-mini-instruct",
+            "unsloth/Phi-4-mini-instruct-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/Mistral-Small-24B-Instruct-2501-unsloth-bnb-4bit",
+        (
+            "unsloth/Mistral-Small-24B-Instruct-2501",
+            "mistralai/Mistral-Small-24B-Instruct-2501",
+            "unsloth/Mistral-Small-24B-Instruct-2501-bnb-4bit",
         ),
     ),
     (

@@ -57,6 +57,18 @@ OFFLINE = [
     ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "meta-llama/Llama-3.1-70B", 70_553_706_496),
     # MXFP4 experts: the Hub's BF16 + U8 totals with the scales taken out (build_catalog.py)
     ("openai/gpt-oss-120b", None, 116_829_156_672),
+    # tied 200064-row embedding (a config.json copy), partial rotary
+    ("microsoft/Phi-4-mini-instruct", None, 3_836_021_760),
+    ("unsloth/Phi-4-mini-instruct-bnb-4bit", "microsoft/Phi-4-mini-instruct", 3_836_021_760),
+    # no tie_word_embeddings in its config.json: SmolLM3Config's default (tied)
+    ("HuggingFaceTB/SmolLM3-3B", None, 3_075_098_624),
+    # the safetensors index's total_size / 2 bytes
+    ("mistralai/Mistral-Small-24B-Instruct-2501", None, 23_572_403_200),
+    (
+        "unsloth/Mistral-Small-24B-Instruct-2501",
+        "mistralai/Mistral-Small-24B-Instruct-2501",
+        23_572_403_200,
+    ),
 ]
 
 
@@ -140,6 +152,9 @@ def test_the_families_users_ask_for_are_present():
         "openai/gpt-oss-120b",
         "Qwen/Qwen2.5-Coder-7B-Instruct",
         "Qwen/Qwen3-235B-A22B",
+        "microsoft/Phi-4-mini-instruct",
+        "HuggingFaceTB/SmolLM3-3B",
+        "mistralai/Mistral-Small-24B-Instruct-2501",
     ):
         assert catalog.find(hf_id) is not None, hf_id
 
