@@ -47,6 +47,7 @@ def test_a_mac_reading_carries_it_to_the_auto_target(monkeypatch) -> None:
     nvml = NvmlReader(module=FakeNvml(init_error=12), register_atexit=False)
     devices, _ = read_devices(nvml, SystemReader(FakePsutil(total=36 * GiB)), apple=True)
     assert devices[0].wired_limit_bytes == 28 * GiB
+    assert devices[0].to_json()["wired_limit_bytes"] == 28 * GiB  # devices --json
     (target,) = targets_from_readings(devices)
     assert (target.kind, target.usable_bytes, target.wired_bytes) == ("unified", 27 * GiB, 28 * GiB)
 

@@ -132,6 +132,7 @@ class DeviceReading:
             "mig": None if self.mig is None else [m.to_json() for m in self.mig],
             "swap_total_bytes": self.swap_total_bytes,
             "swap_used_bytes": self.swap_used_bytes,
+            "wired_limit_bytes": self.wired_limit_bytes,
             "unavailable_fields": dict(self.field_errors),
             "stale_s": self.stale_s,
         }
