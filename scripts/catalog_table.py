@@ -44,6 +44,13 @@ MISTRAL_CONVERT = (
 MS_INDEX = OPENMOSE.format(
     "model.safetensors.index.json", "7e8f62ab3f43bd70de656d5205d1cb4216b4ea58"
 )
+DOTNET_PHI = "dotnet/machinelearning:src/Microsoft.ML.GenAI.Phi/Resource/Config/phi-3-medium-{}"
+PHI3_MEDIUM_4K = DOTNET_PHI.format(
+    "4k-instruct-config.json@17b689af77151463cf3b24100c32d558f779c620"
+)
+PHI3_MEDIUM_128K = DOTNET_PHI.format(
+    "128k-instruct-config.json@6d1f7e2bf83e260ceb4f07ad1ae9fe3257033d49"
+)
 SMOLLM3 = "fetchwiki/HuggingFaceTB-SmolLM3-3B:{}@24f7882f92998ee0e691d105ade637afc3e5171f"
 
 
@@ -404,6 +411,34 @@ ENTRIES += [
     },
 ]
 
+ENTRIES.append(
+    {
+        "name": "Phi-3-medium-4k-instruct",
+        "hf_id": "microsoft/Phi-3-medium-4k-instruct",
+        "why": "not in the reference set",
+        "config": hub_config(
+            model_type="phi3",
+            hidden_size=5120,
+            num_hidden_layers=40,
+            num_attention_heads=40,
+            num_key_value_heads=10,
+            intermediate_size=17920,
+            vocab_size=32064,
+            tie_word_embeddings=False,
+            max_position_embeddings=4096,
+            torch_dtype="bfloat16",
+            attention_bias=False,
+            rms_norm_eps=1e-05,
+            rope_theta=10000.0,
+            sliding_window=2047,
+        ),
+        "published": "Phi-3-Medium-4K-Instruct is a 14B parameters ... model (model card)",
+        "sources": [
+            f"{PHI3_MEDIUM_4K} (a config.json copy, _name_or_path Phi-3-medium-4k-instruct)"
+        ],
+    }
+)
+
 # Models whose config.json is another entry's with a few fields changed ("from" + "set"): every
 # other field is the base entry's, and the sources show the changed ones and the shared shapes.
 DERIVED: list[dict[str, Any]] = [
@@ -459,6 +494,18 @@ DERIVED: list[dict[str, Any]] = [
             ),
         )
     ),
+    {
+        "name": "Phi-3-medium-128k-instruct",
+        "hf_id": "microsoft/Phi-3-medium-128k-instruct",
+        "from": "microsoft/Phi-3-medium-4k-instruct",
+        "set": {"max_position_embeddings": 131072, "sliding_window": 131072},
+        "why": "context 131072 (Phi-3-medium-4k-instruct: 4096)",
+        "notes": ["its rope_scaling (type su, long and short factors) adds no parameter"],
+        "published": "The Phi-3-Medium-128K-Instruct is a 14B parameters ... model (model card)",
+        "sources": [
+            f"{PHI3_MEDIUM_128K} (a config.json copy, _name_or_path Phi-3-medium-128k-instruct)"
+        ],
+    },
     {
         "name": "Qwen3-4B-Thinking-2507",
         "hf_id": "Qwen/Qwen3-4B-Thinking-2507",
@@ -1143,6 +1190,10 @@ UNSLOTH_ROWS: list[tuple[str, tuple[str, ...]]] = [
             "microsoft/Phi-4-reasoning",
             "unsloth/phi-4-reasoning-bnb-4bit",
         ),
+    ),
+    (
+        "unsloth/Phi-3-medium-4k-instruct-bnb-4bit",
+        ("unsloth/Phi-3-medium-4k-instruct", "microsoft/Phi-3-medium-4k-instruct"),
     ),
     (
         "unsloth/Phi-4-mini-instruct-unsloth-bnb-4bit",

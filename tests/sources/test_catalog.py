@@ -62,6 +62,10 @@ OFFLINE = [
     ("unsloth/Phi-4-mini-instruct-bnb-4bit", "microsoft/Phi-4-mini-instruct", 3_836_021_760),
     # no tie_word_embeddings in its config.json: SmolLM3Config's default (tied)
     ("HuggingFaceTB/SmolLM3-3B", None, 3_075_098_624),
+    # config.json copies; the 128k one differs in context only
+    ("microsoft/Phi-3-medium-4k-instruct", None, 13_960_238_080),
+    ("microsoft/Phi-3-medium-128k-instruct", None, 13_960_238_080),
+    ("unsloth/Phi-3-medium-4k-instruct", "microsoft/Phi-3-medium-4k-instruct", 13_960_238_080),
     # the safetensors index's total_size / 2 bytes
     ("mistralai/Mistral-Small-24B-Instruct-2501", None, 23_572_403_200),
     (
@@ -153,6 +157,7 @@ def test_the_families_users_ask_for_are_present():
         "Qwen/Qwen2.5-Coder-7B-Instruct",
         "Qwen/Qwen3-235B-A22B",
         "microsoft/Phi-4-mini-instruct",
+        "microsoft/Phi-3-medium-4k-instruct",
         "HuggingFaceTB/SmolLM3-3B",
         "mistralai/Mistral-Small-24B-Instruct-2501",
     ):
