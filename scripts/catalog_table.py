@@ -51,6 +51,7 @@ PHI3_MEDIUM_4K = DOTNET_PHI.format(
 PHI3_MEDIUM_128K = DOTNET_PHI.format(
     "128k-instruct-config.json@6d1f7e2bf83e260ceb4f07ad1ae9fe3257033d49"
 )
+GSPO = "vivekvar-dl/GSPO-DeepSeek-R1-Distill-Qwen-1.5B:{}@c31f385700b7cde09de4b582f96840bb4478444f"
 SMOLLM3 = "fetchwiki/HuggingFaceTB-SmolLM3-3B:{}@24f7882f92998ee0e691d105ade637afc3e5171f"
 
 
@@ -435,6 +436,43 @@ ENTRIES.append(
         "published": "Phi-3-Medium-4K-Instruct is a 14B parameters ... model (model card)",
         "sources": [
             f"{PHI3_MEDIUM_4K} (a config.json copy, _name_or_path Phi-3-medium-4k-instruct)"
+        ],
+    }
+)
+
+ENTRIES.append(
+    {
+        "name": "DeepSeek-R1-Distill-Qwen-1.5B",
+        "hf_id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+        "why": "untied lm_head and context 131072 (Qwen2.5-1.5B: tied)",
+        "config": hub_config(
+            model_type="qwen2",
+            hidden_size=1536,
+            num_hidden_layers=28,
+            num_attention_heads=12,
+            num_key_value_heads=2,
+            intermediate_size=8960,
+            vocab_size=151936,
+            tie_word_embeddings=False,
+            max_position_embeddings=131072,
+            rms_norm_eps=1e-06,
+            rope_theta=10000,
+        ),
+        "notes": [
+            "fields from the config.json transformers 4.54 saved after loading this repo "
+            "(from_pretrained, then save_pretrained after GSPO training): its architecture "
+            "fields are the repo's; torch_dtype not in the source (that save is float32)"
+        ],
+        "published": "1.5B, distilled on base model Qwen2.5-Math-1.5B (model card)",
+        "safetensors_total": (
+            1777088000,
+            f"{GSPO.format('custom_gspo_results/best_model/model.safetensors.index.json')} "
+            "metadata.total_parameters",
+        ),
+        "sources": [
+            f"{GSPO.format('custom_gspo_results/final_model/config.json')} (README: trained from "
+            "AutoModelForCausalLM.from_pretrained('deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B'))",
+            f"{card('deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B')} (base model Qwen2.5-Math-1.5B)",
         ],
     }
 )
@@ -1129,6 +1167,14 @@ UNSLOTH_ROWS: list[tuple[str, tuple[str, ...]]] = [
             "unsloth/DeepSeek-R1-Distill-Qwen-7B",
             "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
             "unsloth/DeepSeek-R1-Distill-Qwen-7B-bnb-4bit",
+        ),
+    ),
+    (
+        "unsloth/DeepSeek-R1-Distill-Qwen-1.5B-unsloth-bnb-4bit",
+        (
+            "unsloth/DeepSeek-R1-Distill-Qwen-1.5B",
+            "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+            "unsloth/DeepSeek-R1-Distill-Qwen-1.5B-bnb-4bit",
         ),
     ),
     (

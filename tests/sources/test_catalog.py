@@ -66,6 +66,13 @@ OFFLINE = [
     ("microsoft/Phi-3-medium-4k-instruct", None, 13_960_238_080),
     ("microsoft/Phi-3-medium-128k-instruct", None, 13_960_238_080),
     ("unsloth/Phi-3-medium-4k-instruct", "microsoft/Phi-3-medium-4k-instruct", 13_960_238_080),
+    # untied, unlike Qwen2.5-1.5B: the saved index's total_parameters
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", None, 1_777_088_000),
+    (
+        "unsloth/DeepSeek-R1-Distill-Qwen-1.5B-bnb-4bit",
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+        1_777_088_000,
+    ),
     # the safetensors index's total_size / 2 bytes
     ("mistralai/Mistral-Small-24B-Instruct-2501", None, 23_572_403_200),
     (
