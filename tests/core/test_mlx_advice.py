@@ -44,3 +44,16 @@ def test_mlx_advice_is_mlx_lms_own() -> None:
     assert fewer.saves_bytes == need(plan, SPEC, budget) - need(
         mlx(method="full", grad_ckpt=False, mlx_num_layers=SPEC.layers // 2), SPEC, budget
     )
+
+
+def test_torch_only_fields_do_not_apply_to_an_mlx_plan_and_say_so() -> None:
+    from trainmem.core.estimator import estimate
+    from trainmem.core.plan import FIELDS_BY_NAME
+
+    plan = mlx(method="qlora", attn="eager", alloc_conf="expandable_segments:True")
+    off = {"quant", "kbit_prep", "attn", "alloc_conf", "gpus", "strategy", "packing"}
+    assert all(not FIELDS_BY_NAME[name].applies(plan) for name in off)  # dimmed in the form
+    assert all(FIELDS_BY_NAME[name].applies(mlx(method="qlora", stack="trl")) for name in off)
+    assert set(plan.ignored_fields()) == {"attn", "alloc_conf"}
+    notes = estimate(plan.validated(), SPEC, runtime="unified").notes
+    assert "attn, alloc_conf do not apply to this plan and change nothing" in notes

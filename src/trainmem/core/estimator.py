@@ -426,7 +426,7 @@ def _mlx_estimate(plan: Plan, spec: ModelSpec, kernels: Kernels, runtime: Target
         rule_of_thumb_bytes=rule_of_thumb_bytes(spec.params, plan),
         trainable_params=step.trainable_params,
         saved_activation_bytes=step.saved_after_forward,
-        notes=(*notes, mlx_runtime_note(runtime)),
+        notes=(*notes, *_ignored_note(plan), mlx_runtime_note(runtime)),
         runtime_kind=runtime,
     )
 
@@ -551,10 +551,13 @@ def _notes(
         )
     notes.extend(_stack_notes(spec, plan, runtime, ckpt_host))
     notes.extend(_sharding_notes(plan, lay))
-    ignored = plan.ignored_fields()
-    if ignored:
-        notes.append(f"{', '.join(ignored)} do not apply to this plan and change nothing")
+    notes.extend(_ignored_note(plan))
     return tuple(notes)
+
+
+def _ignored_note(plan: Plan) -> list[str]:
+    ignored = plan.ignored_fields()
+    return [f"{', '.join(ignored)} do not apply to this plan and change nothing"] if ignored else []
 
 
 def _sharding_notes(plan: Plan, lay: Layout) -> list[str]:

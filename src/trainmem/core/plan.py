@@ -11,6 +11,7 @@ gradient checkpointing on (TRL's SFTConfig default), SDPA attention, 2048 tokens
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -77,6 +78,12 @@ def _checkpointed(plan: Plan) -> bool:
 
 def _mlx(plan: Plan) -> bool:
     return stack_record(plan.stack).engine == "mlx"
+
+
+def _torch(applies: Callable[[Plan], bool]) -> Callable[[Plan], bool]:
+    """``applies`` on the torch stacks only: the mlx stack has none of PEFT's, bitsandbytes'
+    or the CUDA allocator's settings (trainmem.core.mlx_step reads its own fields)."""
+    return lambda plan: not _mlx(plan) and applies(plan)
 
 
 def _not_mlx(plan: Plan) -> bool:
@@ -280,7 +287,7 @@ class Plan:
             "kbit prep",
             "QLoRA with PEFT's prepare_model_for_kbit_training (on by default, as TRL does)",
             advanced=True,
-            applies=_quantized,
+            applies=_torch(_quantized),
         ),
     )
     quant: str = plan_field(
@@ -293,7 +300,7 @@ class Plan:
             choices=QUANTS,
             advanced=True,
             section=STACK,
-            applies=_quantized,
+            applies=_torch(_quantized),
         ),
     )
     double_quant: bool = plan_field(
@@ -305,7 +312,7 @@ class Plan:
             "on in axolotl and LLaMA-Factory, off in a bare BitsAndBytesConfig)",
             advanced=True,
             section=STACK,
-            applies=_nf4,
+            applies=_torch(_nf4),
         ),
     )
     base_dtype: str = plan_field(
@@ -318,7 +325,7 @@ class Plan:
             choices=BASE_DTYPES,
             advanced=True,
             section=STACK,
-            applies=_lora_16bit_base,
+            applies=_torch(_lora_16bit_base),
         ),
     )
     modules_to_save: str = plan_field(
@@ -330,7 +337,7 @@ class Plan:
             "embed_tokens, lm_head or both, comma separated",
             advanced=True,
             section=STACK,
-            applies=_adapter,
+            applies=_torch(_adapter),
         ),
     )
     attn: str = plan_field(
@@ -342,6 +349,7 @@ class Plan:
             "eager keeps them",
             choices=ATTENTION,
             advanced=True,
+            applies=_not_mlx,
         ),
     )
     ckpt_offload: bool = plan_field(
@@ -353,7 +361,7 @@ class Plan:
             "offload, axolotl gradient_checkpointing: offload)",
             advanced=True,
             section=STACK,
-            applies=_checkpointed,
+            applies=_torch(_checkpointed),
         ),
     )
     packing: bool = plan_field(
@@ -365,6 +373,7 @@ class Plan:
             "tokens); without it rows are padded to the longest in the batch",
             advanced=True,
             section=STACK,
+            applies=_not_mlx,
         ),
     )
     # The mlx stack's own fields (trainmem.core.mlx_step; mlx-lm 0.32.2 mlx_lm/lora.py).
@@ -420,7 +429,16 @@ class Plan:
     )
     gpus: int = plan_field(
         1,
-        FieldSpec("int", "GPUs", "GPUs per node", low=1, high=65_536, advanced=True, section=GPUS),
+        FieldSpec(
+            "int",
+            "GPUs",
+            "GPUs per node",
+            low=1,
+            high=65_536,
+            advanced=True,
+            section=GPUS,
+            applies=_not_mlx,
+        ),
     )
     nodes: int = plan_field(
         1,
@@ -432,6 +450,7 @@ class Plan:
             high=65_536,
             advanced=True,
             section=GPUS,
+            applies=_not_mlx,
         ),
     )
     strategy: str = plan_field(
@@ -444,6 +463,7 @@ class Plan:
             choices=STRATEGIES,
             advanced=True,
             section=GPUS,
+            applies=_not_mlx,
         ),
     )
     fsdp: str = plan_field(
@@ -586,6 +606,7 @@ class Plan:
             "PYTORCH_CUDA_ALLOC_CONF of the run (e.g. expandable_segments:True); empty: "
             "torch's defaults. It changes what the caching allocator reserves",
             advanced=True,
+            applies=_not_mlx,
         ),
     )
     rule_of_thumb: bool = plan_field(
