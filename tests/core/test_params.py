@@ -170,3 +170,15 @@ def test_assumed_shapes_fit_any_count(count):
         est = estimate(Plan(model="x", method=method).validated(), spec)
         assert all(c.bytes >= 0 for c in est.components), (method, est.components)
         assert all(total >= 0 for total in est.phases.values())
+
+
+def test_a_smollm3_config_without_the_tie_key_is_tied_as_its_config_class_says():
+    """SmolLM3Config's tie_word_embeddings defaults to True (transformers 5.24
+    configuration_smollm3.py); HuggingFaceTB/SmolLM3-3B's config.json leaves the key out."""
+    entry = catalog.find("HuggingFaceTB/SmolLM3-3B")
+    assert entry is not None
+    config = dict(entry.config)
+    config.pop("tie_word_embeddings", None)
+    spec = spec_from_config(config, "own-smollm3")
+    assert spec.tied_embeddings and spec.params == 3_075_098_624
+    assert not any("not modelled exactly" in n for n in spec.notes)

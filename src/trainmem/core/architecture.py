@@ -48,7 +48,11 @@ _KNOWN = {
     "phi3",
     "olmo2",
     "gpt_oss",
+    "smollm3",  # Llama's layers; its NoPE layers skip RoPE only (modeling_smollm3.py, 5.24)
 }
+# Types whose config class ties the embeddings when config.json leaves the key out (Gemma's
+# configs; SmolLM3Config's tie_word_embeddings = True, configuration_smollm3.py, 5.24).
+_TIED_BY_DEFAULT = ("gemma", "smollm3")
 
 
 @dataclass(frozen=True)
@@ -355,7 +359,7 @@ def spec_from_config(
         head_dim=head_dim,
         intermediate=intermediate,
         vocab=_int(cfg, "vocab_size"),
-        tied_embeddings=_flag(cfg, "tie_word_embeddings", model_type.startswith("gemma")),
+        tied_embeddings=_flag(cfg, "tie_word_embeddings", model_type.startswith(_TIED_BY_DEFAULT)),
         model_type=model_type,
         qkv_bias=attention_bias or model_type in _QKV_BIAS,
         o_bias=attention_bias and model_type != "qwen2",
