@@ -23,6 +23,9 @@ from trainmem.app.widgets.plan_form import SECTIONS
 from trainmem.core.plan import PLAN_FIELDS
 
 DELAYS = [pytest.param(s, id=f"{round(s * 1000)}ms") for s in (0.005, 0.02, 0.05)]
+# Every text field, the slow test (about a minute a speed): the fastest and the slowest burst,
+# which keeps the suite under its 10 minutes; the cross-field burst runs at all three.
+EVERY_FIELD_DELAYS = [DELAYS[0], DELAYS[-1]]
 
 # What is typed into each text field: valid together with the default plan, so the plan
 # must end up holding exactly this.
@@ -75,7 +78,7 @@ def retype(old: str, new: str) -> list[str]:
     return ["end", *["backspace"] * len(old), *new]
 
 
-@pytest.mark.parametrize("delay", DELAYS)
+@pytest.mark.parametrize("delay", EVERY_FIELD_DELAYS)
 async def test_bursts_into_every_text_field(demo_app: Callable[..., TrainmemApp], delay: float):
     app = demo_app()
     async with app.run_test(size=(120, 60)) as pilot:
