@@ -127,6 +127,20 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.experts > 0
 
+    def hf_dimensions(self) -> dict[str, int | bool]:
+        """The dimensions as a Hugging Face config.json names them (spec_from_config's
+        inverse for the fields every architecture has)."""
+        return {
+            "hidden_size": self.hidden,
+            "num_hidden_layers": self.layers,
+            "num_attention_heads": self.heads,
+            "num_key_value_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate,
+            "vocab_size": self.vocab,
+            "tie_word_embeddings": self.tied_embeddings,
+        }
+
     def linears(self) -> tuple[Linear, ...]:
         """The linear layers of one decoder layer, in forward order."""
         return self._linears

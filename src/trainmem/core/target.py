@@ -41,13 +41,13 @@ class DeviceTarget:
     def system(cls, name: str, total_bytes: int) -> DeviceTarget:
         return cls(name, "system", total_bytes, total_bytes)
 
-    def for_stack(self, stack: str) -> DeviceTarget:
-        """The target as a run of ``stack`` may use it. An MLX run on a Mac is bounded by the
-        GPU working set macOS lets Metal wire: mlx-lm wires exactly that
-        (mlx_lm/utils.py maybe_set_recommended_wired_limit, mlx-lm 0.32.2) and MLX trims its
-        cache against it (mlx/backend/metal/allocator.cpp, MLX 0.32). Where it is unknown the
-        guide's 3/4 stays, and says so."""
-        if stack != "mlx" or self.kind != "unified":
+    def for_engine(self, engine: str) -> DeviceTarget:
+        """The target as a run on ``engine`` (a stack's, trainmem.core.stacks) may use it.
+        An MLX run on a Mac is bounded by the GPU working set macOS lets Metal wire: mlx-lm
+        wires exactly that (mlx_lm/utils.py maybe_set_recommended_wired_limit, mlx-lm 0.32.2)
+        and MLX trims its cache against it (mlx/backend/metal/allocator.cpp, MLX 0.32). Where
+        it is unknown the guide's 3/4 stays, and says so."""
+        if engine != "mlx" or self.kind != "unified":
             return self
         if self.wired_bytes:
             basis = f"macOS's GPU working set; the guide's 3/4 is {fmt_bytes(self.usable_bytes)}"

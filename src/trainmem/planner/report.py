@@ -282,14 +282,7 @@ def _catalogue(spec: ModelSpec) -> dict[str, Any] | None:
 def _architecture(spec: ModelSpec) -> dict[str, Any]:
     return {
         "model_type": spec.model_type,
-        "hidden_size": spec.hidden,
-        "num_hidden_layers": spec.layers,
-        "num_attention_heads": spec.heads,
-        "num_key_value_heads": spec.kv_heads,
-        "head_dim": spec.head_dim,
-        "intermediate_size": spec.intermediate,
-        "vocab_size": spec.vocab,
-        "tie_word_embeddings": spec.tied_embeddings,
+        **spec.hf_dimensions(),
         "num_experts": spec.experts,
         "num_experts_per_tok": spec.experts_per_token,
     }
@@ -322,7 +315,7 @@ def build_report(
     spec = spec or resolve_model(plan.model)
     if targets is None:
         targets = parse_device_spec(plan.device)
-    targets = [t.for_stack(plan.stack) for t in targets]  # an MLX run: macOS's working set
+    targets = [t.for_engine(plan.tooling.engine) for t in targets]  # MLX: macOS's working set
     # Beside GPUs, system RAM is the node's (``ram:2TB``, or this machine's under ``auto``):
     # the host RAM the run needs is judged on it, not the step, which runs on the GPUs.
     ram_targets = [t for t in targets if t.kind == "system"]

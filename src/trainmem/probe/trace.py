@@ -87,17 +87,7 @@ def check(plan: Plan, spec: ModelSpec) -> None:
 def hf_config(spec: ModelSpec, plan: Plan) -> dict[str, Any]:
     """The Hugging Face config kwargs of the spec's dimensions (the rest: the architecture's
     defaults in the installed transformers)."""
-    return {
-        "hidden_size": spec.hidden,
-        "num_hidden_layers": spec.layers,
-        "num_attention_heads": spec.heads,
-        "num_key_value_heads": spec.kv_heads,
-        "head_dim": spec.head_dim,
-        "intermediate_size": spec.intermediate,
-        "vocab_size": spec.vocab,
-        "tie_word_embeddings": spec.tied_embeddings,
-        "max_position_embeddings": max(spec.context, plan.seq_len),
-    }
+    return {**spec.hf_dimensions(), "max_position_embeddings": max(spec.context, plan.seq_len)}
 
 
 class _Recorder:
