@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from importlib import metadata
 from typing import Any
 
 from trainmem.core.plan import HF_LINEAR_NAMES, LORA_MODULES, SAVABLE_MODULES
-from trainmem.core.run_log import DESCRIBED
+from trainmem.core.run_log import DESCRIBED, FORMAT_VERSION, RUN
 
 _DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 # Optimizer classes (module.Class) to the plan's optimizers; torch's AdamW by its flags below.
@@ -30,10 +31,13 @@ _OPTIMIZERS = {
 }
 
 
-def versions() -> dict[str, str | None]:
+TORCH_PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "trainmem-tui")
+
+
+def versions(packages: tuple[str, ...] = TORCH_PACKAGES) -> dict[str, str | None]:
     """Installed versions (package metadata: nothing is imported)."""
     out: dict[str, str | None] = {}
-    for name in ("torch", "transformers", "peft", "trl", "accelerate", "trainmem-tui"):
+    for name in packages:
         try:
             out[name.removesuffix("-tui")] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -168,3 +172,34 @@ def host() -> str:
 
 def unknown(plan: dict[str, Any]) -> list[str]:
     return [k for k in DESCRIBED if plan.get(k) is None]
+
+
+def run_record(
+    ranks: dict[str, int],
+    *,
+    device: dict[str, Any],
+    peaks: str,
+    plan: dict[str, Any],
+    observed: list[str],
+    model: dict[str, Any],
+    run: dict[str, Any],
+    versions: dict[str, str | None],
+) -> dict[str, Any]:
+    """The log's first record (trainmem.core.run_log RUN): what ran, where, and the plan
+    fields read from it; ``unknown`` names the plan fields neither read nor observed later."""
+    return {
+        "format": FORMAT_VERSION,
+        "kind": RUN,
+        "time": time.time(),
+        **ranks,
+        "pid": os.getpid(),
+        "host": host(),
+        "device": device,
+        "peaks": peaks,
+        "plan": plan,
+        "observed": observed,
+        "model": model,
+        "run": run,
+        "versions": versions,
+        "unknown": [k for k in unknown(plan) if k not in observed],
+    }

@@ -22,13 +22,11 @@ Imports MLX only when the first report arrives; nothing raises into the training
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 import warnings
-from importlib import metadata
 from typing import Any
 
-from trainmem.core.run_log import END, FORMAT_VERSION, RUN, STEP
+from trainmem.core.run_log import END, STEP
 from trainmem.probe import describe
 from trainmem.probe.writer import LogWriter, rank_path
 
@@ -120,30 +118,18 @@ class TrainmemMlxCallback:
         if args is not None and dataclasses.is_dataclass(args) and not isinstance(args, type):
             config = {k: v for k, v in dataclasses.asdict(args).items() if _plain(v)}
             model_info = {"name": self._plan.get("model"), "config": config}
-        versions: dict[str, str | None] = {}
-        for name in ("mlx", "mlx-lm", "trainmem-tui"):
-            try:
-                versions[name.removesuffix("-tui")] = metadata.version(name)
-            except metadata.PackageNotFoundError:
-                versions[name.removesuffix("-tui")] = None
         plan = {k: v for k, v in self._plan.items() if v is not None}
         self._writer.write(
-            {
-                "format": FORMAT_VERSION,
-                "kind": RUN,
-                "time": time.time(),
-                **self.ranks,
-                "pid": os.getpid(),
-                "host": describe.host(),
-                "device": device,
-                "peaks": "exact",
-                "plan": plan,
-                "observed": [],
-                "model": model_info,
-                "run": {"framework": "mlx"},
-                "versions": versions,
-                "unknown": describe.unknown(plan),
-            }
+            describe.run_record(
+                self.ranks,
+                device=device,
+                peaks="exact",
+                plan=plan,
+                observed=[],
+                model=model_info,
+                run={"framework": "mlx"},
+                versions=describe.versions(("mlx", "mlx-lm", "trainmem-tui")),
+            )
         )
 
 

@@ -20,14 +20,13 @@ probe goes quiet for the rest of the run (the loop's own exceptions pass through
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from trainmem.core.run_log import END, FORMAT_VERSION, RUN, STEP
+from trainmem.core.run_log import END, STEP
 from trainmem.probe import describe
 from trainmem.probe.memory import CpuMemory, CudaMemory, MpsMemory, memory_for
 from trainmem.probe.writer import LogWriter, rank_path
@@ -268,22 +267,16 @@ class RunProbe:
         except Exception:
             pass
         self._writer.write(
-            {
-                "format": FORMAT_VERSION,
-                "kind": RUN,
-                "time": time.time(),
-                **self.ranks,
-                "pid": os.getpid(),
-                "host": describe.host(),
-                "device": device,
-                "peaks": memory.peaks,
-                "plan": plan,
-                "observed": observed,
-                "model": model_info,
-                "run": run,
-                "versions": describe.versions(),
-                "unknown": [k for k in describe.unknown(plan) if k not in observed],
-            }
+            describe.run_record(
+                self.ranks,
+                device=device,
+                peaks=memory.peaks,
+                plan=plan,
+                observed=observed,
+                model=model_info,
+                run=run,
+                versions=describe.versions(),
+            )
         )
 
 
