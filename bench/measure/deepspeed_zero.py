@@ -370,11 +370,7 @@ def record(entry: dict[str, Any], plan: Plan, ranks: list[dict[str, Any]]) -> di
     )
     return {
         "id": f"{entry['name']}/{key}/real",
-        "model": {
-            "name": entry["name"],
-            "hf_id": entry.get("hf_id"),
-            "config": harness.config_dict(entry),
-        },
+        "model": harness.model_record(entry),
         "plan": plan.to_dict(),
         "measured": measured,
     }

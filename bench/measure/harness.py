@@ -159,6 +159,11 @@ def load_models() -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in json.loads(MODELS_JSON.read_text())}
 
 
+def model_record(entry: dict[str, Any]) -> dict[str, Any]:
+    """A record's "model": the reference entry's name and id, and the config it was built from."""
+    return {"name": entry["name"], "hf_id": entry.get("hf_id"), "config": config_dict(entry)}
+
+
 def config_dict(entry: dict[str, Any]) -> dict[str, Any]:
     """The exact kwargs handed to AutoConfig.for_model (model_type first)."""
     arch = entry["architecture"]
@@ -447,7 +452,7 @@ def run_case(
 ) -> dict[str, Any]:
     rec: dict[str, Any] = {
         "id": f"{entry['name']}/{case_key(plan)}/{execution}",
-        "model": {"name": entry["name"], "hf_id": entry.get("hf_id"), "config": config_dict(entry)},
+        "model": model_record(entry),
         "plan": dataclasses.replace(plan, model=entry["name"]).to_dict(),
     }
     t0 = time.perf_counter()

@@ -783,7 +783,7 @@ def run_case(entry: dict[str, Any], case: RealCase, top: int = 15) -> dict[str, 
     plan_dict["model"] = entry["name"]
     rec: dict[str, Any] = {
         "id": record_id(entry["name"], case.plan),
-        "model": {"name": entry["name"], "hf_id": entry.get("hf_id"), "config": config_dict(entry)},
+        "model": harness.model_record(entry),
         "plan": plan_dict,
         "stack_run": {
             "stack": case.stack,

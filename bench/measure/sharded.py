@@ -332,11 +332,7 @@ def record(
     )
     return {
         "id": f"{entry['name']}/{key}/{measured.get('execution', '')}",
-        "model": {
-            "name": entry["name"],
-            "hf_id": entry.get("hf_id"),
-            "config": harness.config_dict(entry),
-        },
+        "model": harness.model_record(entry),
         "plan": plan.to_dict(),
         "measured": measured,
         "seconds": round(seconds, 3),
