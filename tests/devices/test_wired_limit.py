@@ -75,3 +75,20 @@ def test_an_mlx_plan_is_judged_on_the_working_set_a_torch_plan_on_three_quarters
     unknown = build_report(mlx, targets=parse_device_spec("mac-36GB"), solve=False)
     assert unknown.fit[0].usable_bytes == 27 * GiB
     assert "wired:SIZE" in unknown.targets[0].basis
+
+
+def test_the_sampler_reads_the_working_set_once(monkeypatch) -> None:
+    """AppleSource runs every second: MLX is asked (or looked for) at the first sample only."""
+    from trainmem.devices.source import AppleSource
+
+    calls: list[int] = []
+    fake_mlx(monkeypatch, {"max_recommended_working_set_size": 28 * GiB})
+    sys.modules["mlx.core"].device_info = lambda: (
+        calls.append(1)
+        or {  # type: ignore[attr-defined]
+            "max_recommended_working_set_size": 28 * GiB
+        }
+    )
+    source = AppleSource(SystemReader(FakePsutil(total=36 * GiB)))
+    readings = [source.read()[0] for _ in range(3)]
+    assert [r.wired_limit_bytes for r in readings] == [28 * GiB] * 3 and len(calls) == 1

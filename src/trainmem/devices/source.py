@@ -95,17 +95,22 @@ class SystemSource:
 
 
 class AppleSource:
-    """The unified memory pool of Apple silicon (from system RAM)."""
+    """The unified memory pool of Apple silicon (from system RAM), with macOS's GPU working
+    set read once, at the first sample: it changes only with a sysctl, and the sampler runs
+    every second (a missing MLX would be searched for on every one)."""
 
     name: str = UNIFIED_ID
     kind: DeviceKind = "unified"
 
     def __init__(self, system: SystemReader) -> None:
         self.system = system
+        self._wired: tuple[int | None] | None = None  # (bytes or None) once read
 
     def read(self) -> tuple[DeviceReading, ...]:
         ram = self.system.read()
-        return (apple_device(ram, wired_limit_bytes=working_set_bytes(ram.total_bytes)),)
+        if self._wired is None:
+            self._wired = (working_set_bytes(ram.total_bytes),)
+        return (apple_device(ram, wired_limit_bytes=self._wired[0]),)
 
 
 def merge(

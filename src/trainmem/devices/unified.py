@@ -30,7 +30,8 @@ def is_apple_silicon(system: str | None = None, machine: str | None = None) -> b
 
 def working_set_bytes(total_bytes: int | None) -> int | None:
     """macOS's GPU working-set limit (Metal's recommendedMaxWorkingSetSize, which follows
-    ``sysctl iogpu.wired_limit_mb``), read through MLX where it is installed
+    ``sysctl iogpu.wired_limit_mb`` as set when the process starts), read through MLX where
+    it is installed
     (``mx.device_info()["max_recommended_working_set_size"]``, MLX 0.32). None without MLX,
     off a Mac's GPU, or outside (0, total]. Imports MLX: call it off the UI thread."""
     try:
