@@ -54,3 +54,39 @@ def test_untraceable_plan_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixt
     assert (
         err == "trainmem-tui plan: error: trace: method qlora is not traced (full and lora are)\n"
     )
+
+
+# A small Qwen3-MoE (transformers 5 runs its experts through grouped_mm by default, whose
+# shapes do not depend on the routing, so fake tensors trace them).
+TINY_MOE = {
+    **TINY,
+    "model_type": "qwen3_moe",
+    "head_dim": 64,
+    "moe_intermediate_size": 128,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+}
+
+
+def test_moe_trace_builds_the_planned_experts(tmp_path: Path) -> None:
+    from trainmem.core.allocator import Alloc
+    from trainmem.core.plan import Plan
+    from trainmem.probe.trace import trace_plan, traced_peak
+    from trainmem.sources.resolve import resolve_model
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY_MOE))
+    spec = resolve_model(str(config))
+    assert spec.is_moe
+    for method in ("full", "lora"):
+        plan = Plan(model=str(config), method=method, seq_len=128, batch=1, precision="bf16")
+        trace = trace_plan(plan, spec)
+        loaded = trace.events[: trace.loaded]
+        ids = 128 * 8  # the input ids, int64
+        weights = sum(e.size for e in loaded if isinstance(e, Alloc)) - ids
+        if method == "full":  # every parameter the spec counts, in bf16, and the rotary
+            assert 0 <= weights - 2 * spec.params <= 1024  # embedding's fp32 inv_freq buffers
+        else:  # LoRA: the frozen bf16 model and its adapters (PEFT's fp32 casts come later)
+            assert weights > 2 * spec.params
+        peak = traced_peak(trace)
+        assert peak.reserved >= peak.allocated_peak > weights

@@ -141,6 +141,20 @@ class ModelSpec:
             "tie_word_embeddings": self.tied_embeddings,
         }
 
+    def hf_moe_dimensions(self) -> dict[str, int]:
+        """A mixture of experts' dimensions under every name spec_from_config reads ({} for
+        a dense model): transformers 5 maps ``num_experts`` onto ``num_local_experts``
+        (``attribute_map`` of MixtralConfig / Qwen3MoeConfig), so both carry the same value."""
+        if not self.is_moe:
+            return {}
+        return {
+            "num_local_experts": self.experts,
+            "num_experts": self.experts,
+            "num_experts_per_tok": self.experts_per_token,
+            "moe_intermediate_size": self.expert_intermediate,
+            "shared_expert_intermediate_size": self.shared_expert_intermediate,
+        }
+
     def linears(self) -> tuple[Linear, ...]:
         """The linear layers of one decoder layer, in forward order."""
         return self._linears

@@ -13,6 +13,9 @@ dispatch mode sees every aten op and records each new tensor storage
 (``untyped_storage().nbytes()``) and, through a weakref on it, its free. The sequence depends
 on the library versions (which temporaries exist and when), so they are returned with it.
 bench/measure/trace_events.py's tracker records the same sequence (tests/measure).
+Mixture-of-experts models run their experts as the installed transformers dispatches them
+(transformers 5: ``grouped_mm`` where it can, integrations/moe.py, whose shapes follow the
+token count and top-k, not the routing, so shapes alone trace them).
 
 Not seen, as there: scratch made and freed inside one kernel, the CUDA-only kernels (flash /
 memory-efficient SDPA, fused AdamW's CUDA kernel: the CPU's are traced), and the CUDA context.
@@ -68,8 +71,6 @@ def check(plan: Plan, spec: ModelSpec) -> None:
     """Refuse, one line each, what a fake-tensor trace of the Trainer's step cannot run."""
     if spec.assumed:
         raise PlanError("trace", "needs the model's config (a catalogue id, config.json or id)")
-    if spec.is_moe:
-        raise PlanError("trace", "mixture-of-experts models are not traced yet")
     if plan.method not in ("full", "lora"):
         raise PlanError("trace", f"method {plan.method} is not traced (full and lora are)")
     if plan.optimizer not in OPTIMIZERS:
@@ -87,7 +88,8 @@ def check(plan: Plan, spec: ModelSpec) -> None:
 def hf_config(spec: ModelSpec, plan: Plan) -> dict[str, Any]:
     """The Hugging Face config kwargs of the spec's dimensions (the rest: the architecture's
     defaults in the installed transformers)."""
-    return {**spec.hf_dimensions(), "max_position_embeddings": max(spec.context, plan.seq_len)}
+    context = max(spec.context, plan.seq_len)
+    return {**spec.hf_dimensions(), **spec.hf_moe_dimensions(), "max_position_embeddings": context}
 
 
 class _Recorder:
