@@ -65,13 +65,22 @@ def _phases(**kw: object) -> dict[str, int]:
     return estimate(plan(batch=4, seq_len=2048, grad_ckpt=True, **kw), SPEC).phases
 
 
-def test_offload_keeps_only_the_last_input_and_the_reload_buffer_on_the_gpu():
+def test_offload_keeps_the_first_and_last_inputs_and_the_reload_buffer_on_the_gpu():
     on, off = _phases(ckpt_offload=True), _phases(ckpt_offload=False)
-    # without offload every layer's input stays; with it the last layer's and the buffer
+    # without offload every layer's input stays; with it the last layer's, the buffer and
+    # the first layer's (the frozen embedding's output, a leaf its checkpoint node keeps)
+    assert off["forward"] - on["forward"] == (LAYERS - 3) * ONE
+    assert off["backward (last layer)"] - on["backward (last layer)"] == (LAYERS - 3) * ONE
+    # at the first layer the buffer holds a copy of the input the leaf still is
+    assert on["backward (first layer)"] - off["backward (first layer)"] == ONE
+    # at the embedding the leaf and its gradient, where plain checkpointing has dropped both
+    assert on["backward (embedding)"] - off["backward (embedding)"] == 2 * ONE + ONE
+
+
+def test_a_trained_embedding_output_is_no_leaf_and_is_offloaded():
+    on = _phases(ckpt_offload=True, modules_to_save="embed_tokens", method="lora")
+    off = _phases(ckpt_offload=False, modules_to_save="embed_tokens", method="lora")
     assert off["forward"] - on["forward"] == (LAYERS - 2) * ONE
-    assert off["backward (last layer)"] - on["backward (last layer)"] == (LAYERS - 2) * ONE
-    # at the first layer the buffer holds its input, as plain checkpointing keeps it
-    assert off["backward (first layer)"] == on["backward (first layer)"]
 
 
 def test_torchs_save_on_cpu_keeps_no_input_on_the_gpu():
@@ -181,8 +190,10 @@ def test_dynamic_4bit_layers_are_counted_at_16_bit():
 
 # ----------------------------------------------------------------- advice
 def test_advice_names_unsloths_offload_and_unsloth_for_a_trainer_plan():
-    tight = Budget(estimate(plan(batch=4, seq_len=2048, grad_ckpt=True), SPEC).device_bytes)
-    actions = [a.action for a in advice(plan(batch=4, seq_len=2048, grad_ckpt=True), SPEC, tight)]
+    # 16 x 2048 tokens: the inputs offload frees (3 of 6 layers') outgrow a 20 MiB segment
+    unsloth = plan(batch=16, seq_len=2048, grad_ckpt=True)
+    tight = Budget(estimate(unsloth, SPEC).device_bytes)
+    actions = [a.action for a in advice(unsloth, SPEC, tight)]
     assert any('use_gradient_checkpointing="unsloth"' in a for a in actions)
     trainer = plan(batch=4, seq_len=2048, grad_ckpt=True, stack="trainer")
     budget = Budget(estimate(trainer, SPEC).device_bytes)
@@ -235,9 +246,10 @@ def test_hf_context_within_60_percent(model, gib, unsloth, hf):
     ("model", "gib", "unsloth", "hf"),
     _rows(
         lambda r: r[:2] == ("meta-llama/Llama-3.1-8B-Instruct", 12),
-        "derived Unsloth context is 25-35% above the published one where the GPU has room "
-        "(the published runs, Dec 2024, used Apple's CCE and an older offload; the gap is not "
-        "found in today's source), and far below on the tight rows (see TIGHT)",
+        "derived Unsloth context is 19-30% above the published one where the GPU has room "
+        "(the published runs, Dec 2024, ran unsloth 2024.12, whose LoRA matmul added its "
+        "term out of place: one MLP-wide tensor more per token, not in today's source), and "
+        "far below on the tight rows (see TIGHT)",
     ),
 )
 def test_published_context_within_10_percent(model, gib, unsloth, hf):
@@ -246,18 +258,25 @@ def test_published_context_within_10_percent(model, gib, unsloth, hf):
 
 @pytest.mark.parametrize(
     ("model", "gib", "unsloth", "hf"),
-    [
-        r
-        for r in _rows(
-            lambda r: r[1] != 80,
-            "80 GB: the ratio is 10-14% above the published one (the long-context HF + FA2 "
-            "runs are planned too small)",
-        )
-        if (r.values if hasattr(r, "values") else r)[1] >= 16
-    ],
+    [r for r in PUBLISHED if r[1] >= 16],
 )
 def test_unsloth_over_hf_context_ratio_matches_published(model, gib, unsloth, hf):
     if hf is None:
         pytest.skip("HF + FA2 is OOM there")
     ours = _longest(UNSLOTH, model, gib) / _longest(HF_FA2, model, gib)  # type: ignore[operator]
     assert abs(ours / (unsloth / hf) - 1) <= 0.10
+
+
+def test_the_published_runs_own_unsloth_version_explains_the_gap():
+    """With the two differences of unsloth 2024.12.3, the version that ran the published
+    tables (published.as_unsloth_2024_12, each read from that source), the derived contexts
+    land within 11% of the published ones where the GPU has room, closer than today's source
+    on every such row (6-11%, against 6-30%)."""
+    for model, gib, unsloth, _hf in PUBLISHED:
+        if (model, gib) in TIGHT:
+            continue
+        today = _error(_longest(UNSLOTH, model, gib), unsloth)
+        with published.as_unsloth_2024_12():
+            then = _error(_longest(UNSLOTH, model, gib), unsloth)
+        assert abs(then) <= 0.11, (model, gib, then)
+        assert abs(then) <= abs(today), (model, gib, then, today)

@@ -266,7 +266,7 @@ def step_sizes(
         recompute = layer_saved + copy_layer + reload
         forward_copies = (layers * copy_layer + copy_head) if cached else 0
         saved_after_forward = layers * kept_per_layer + head_saved + (0 if cached else copy_head)
-        saved_after_forward += offload.last_input
+        saved_after_forward += offload.last_input + offload.first_input
     else:
         # a layer whose own saves hold its input (Unsloth's RMSNorm saves X) keeps it too
         kept_per_layer = layer_saved + copy_layer
@@ -307,6 +307,7 @@ def step_sizes(
         ),
         ckpt_buffer=offload.gpu_buffer,
         ckpt_last=offload.last_input,
+        ckpt_first=offload.first_input,
     )
 
 
@@ -354,6 +355,7 @@ def backward_last_layer(s: Step) -> dict[str, int]:
     """Backward through the last layer: its saves (recomputed under checkpointing) and those
     of every layer below are alive; the head's gradient exists."""
     activations = s.layers * s.kept_per_layer + s.recompute + s.ckpt_last + _cache_held(s, 0)
+    activations += s.ckpt_first
     grads = s.grad_head + _inflight(s) + s.buckets
     temps = s.layer_transient + s.dequant
     return s.alive(activations, s.kept_output, grads, temps, s.gathered.backward_last)
@@ -361,7 +363,7 @@ def backward_last_layer(s: Step) -> dict[str, int]:
 
 def backward_first_layer(s: Step) -> dict[str, int]:
     """Backward through the first layer: every layer's gradient, one layer's activations."""
-    activations = s.kept_per_layer + s.recompute + _cache_held(s, s.layers - 1)
+    activations = s.kept_per_layer + s.recompute + _cache_held(s, s.layers - 1) + s.ckpt_first
     grads = s.grad_head + (s.layers - 1) * s.grad_layer + _inflight(s) + s.buckets
     temps = s.layer_transient + s.dequant + s.gathered.reduce_buffer
     return s.alive(activations, s.kept_output, grads, temps, s.gathered.backward_first)
@@ -375,8 +377,9 @@ def _inflight(s: Step) -> int:
 def backward_embedding(s: Step) -> dict[str, int]:
     """The embedding's backward. A tied weight's two gradients (lm_head's, held in autograd's
     input buffer since backward began, and the embedding's) are summed out of place before
-    AccumulateGrad (torch/csrc/autograd/input_buffer.cpp): old, new and sum are alive."""
-    held = _cache_held(s, s.layers)
+    AccumulateGrad (torch/csrc/autograd/input_buffer.cpp): old, new and sum are alive.
+    An offloaded embedding output kept as a leaf (trainmem.core.offload) has its gradient."""
+    held = _cache_held(s, s.layers) + 2 * s.ckpt_first
     grads = (s.states.gradients if s.embedding_grads < 0 else s.embedding_grads) + s.buckets
     # FSDP then copies the root's gradients into its reduce-scatter input (foreach_reduce)
     temps = max(s.tied_sum, s.root_reduce) + s.gathered.reduce_buffer

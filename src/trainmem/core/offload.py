@@ -16,6 +16,13 @@
   apply_unsloth_gradient_checkpointing; ``max_seq_length`` there, the plan's length here).
   A second GPU buffer (double buffering) is made only when more than 512 MiB is free after the
   first step (DOUBLE_BUFFER_HEADROOM), and freed when it would not fit: never counted.
+  The first layer's input stays on the GPU too when the embedding is frozen: Unsloth makes its
+  output require grad (unsloth_zoo ce232d6 training_utils.py prepare_model_for_training:
+  ``enable_input_require_grads()`` for reentrant checkpointing), which makes it a leaf, and the
+  first layer's checkpoint node holds a leaf through its AccumulateGrad edge until the loss is
+  freed (torch/csrc/autograd/functions/accumulate_grad.h keeps ``Variable variable``), so
+  offloading it frees nothing; at the embedding's backward its ``.grad`` joins it.
+  tests/measure/test_offload_leaf.py shows the leaf outliving its offload on torch itself.
 Derived from source, not measured: Unsloth needs a GPU.
 """
 
@@ -39,6 +46,7 @@ class Offload:
     active: bool
     gpu_buffer: int = 0  # a persistent GPU buffer the inputs come back into
     last_input: int = 0  # the last layer's input, kept on the GPU until its backward
+    first_input: int = 0  # the embedding's output, a leaf alive until the loss is freed
     host: int = 0  # host RAM the offloaded inputs take
 
 
@@ -56,4 +64,6 @@ def checkpoint_offload(plan: Plan, spec: ModelSpec, element_bytes: int) -> Offlo
     spare = max(0, UNSLOTH_CPU_BUFFERS - spec.layers) * UNSLOTH_CPU_BUFFER_ELEMENTS
     # the first step offloads every layer, so every layer has its pinned buffer from then on
     host = spec.layers * per_buffer + spare * element_bytes
-    return Offload(True, gpu_buffer=one, last_input=one, host=host)
+    frozen_embedding = not plan.training.trains_base and "embed_tokens" not in plan.saved_modules
+    first = one if frozen_embedding else 0
+    return Offload(True, gpu_buffer=one, last_input=one, first_input=first, host=host)

@@ -43,9 +43,11 @@ class Step:
     # ZeRO 1-2 offload's clone of the largest gradient and its fp64 norm (sharding.py)
     root_reduce: int = 0
     # Unsloth's checkpoint offload (trainmem.core.offload): its GPU reload buffer, alive at
-    # every moment, and the last layer's input, kept until that layer's backward.
+    # every moment, the last layer's input, kept until that layer's backward, and the first
+    # layer's, kept until the loss is freed (its gradient beside it at the embedding).
     ckpt_buffer: int = 0
     ckpt_last: int = 0
+    ckpt_first: int = 0  # the embedding's output, held by the first layer's checkpoint node
 
     def alive(
         self, activations: int, logits: int, grads: int, temps: int, gathered: int = 0

@@ -176,6 +176,7 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
         b.frees("loop cache", layers)
         # forward
         copies = split(s.forward_copies, [1] * layers + [0]) if s.forward_copies else []
+        b.alloc("first input", s.ckpt_first)  # a leaf the first layer's node keeps
         for j in range(layers):
             if j < len(copies):
                 b.alloc(("copy", j), copies[j])
@@ -190,7 +191,7 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
                 b.alloc(("loop cache", j), s.cache // layers)
         if s.forward_copies > sum(copies):
             b.alloc("copy head", s.forward_copies - sum(copies))
-        head_saved = s.saved_after_forward - layers * s.kept_per_layer
+        head_saved = s.saved_after_forward - layers * s.kept_per_layer - s.ckpt_first
         b.alloc("head saved", head_saved)
         logits = _logit_tensors(s.logits_forward, logit_unit)
         b.allocs("logits", logits)
@@ -252,9 +253,12 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
         target = (s.states.gradients if s.embedding_grads < 0 else s.embedding_grads) + s.buckets
         b.alloc("grad root", target - held)  # FSDP's whole root gradients before reduce
         b.alloc("embed temp", max(s.tied_sum, s.root_reduce))
+        b.alloc("first input grad", s.ckpt_first)
         b.swap("gathered", s.gathered.embedding)
         at["backward (embedding)"] = len(b.events) - 1
         b.free("embed temp")
+        b.free("first input")  # the loss is freed after backward, and the graph with it
+        b.free("first input grad")
         b.free("reduce buffer")
         # optimizer step: FSDP's root gradients reduce-scattered to their shard
         if s.embedding_grads >= 0:
