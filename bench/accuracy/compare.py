@@ -207,6 +207,7 @@ def compare_trace(record: dict[str, Any]) -> dict[str, Any] | None:
         "model": record["model"]["name"],
         "plan": plan,
         "execution": record["execution"],
+        "moe": spec.is_moe,
         "events": traced.events_run,
         "tensors": record["traced"]["tracker_peak"],
         "estimate": estimate(plan, spec, "cpu").allocated_bytes,
@@ -231,7 +232,9 @@ def trace_section(rows: list[dict[str, Any]]) -> list[str]:
         "sequence was recorded instead: every tensor storage's allocation and free, in order, "
         "over two training steps (the first without optimizer state) from the loaded model "
         "on, of the real transformers / PEFT step on a CPU (small random Llama and Qwen2 "
-        "models run for real, real sizes as FakeTensor runs of the same code). Both sequences "
+        "models run for real, real sizes as FakeTensor runs of the same code, mixture-of-"
+        "experts models too: transformers 5 runs their experts through grouped_mm, whose "
+        "shapes need no routing; `--subset moe`). Both sequences "
         "run through the same simulator (default `PYTORCH_CUDA_ALLOC_CONF`); error = "
         "(synthetic - traced) / traced peak reserved. Fragmentation: reserved but holding "
         "no block at the moment the reserve peaks; the two sequences may reach their peaks at "
@@ -257,6 +260,9 @@ def trace_section(rows: list[dict[str, Any]]) -> list[str]:
         if subset:
             s = summarize(subset, ["ours"])["ours"]
             lines.append(f"| {execution} | {s['n']} | {s['median']:.2f}% | {s['worst']:.2f}% |")
+    if moe := [r for r in rows if r["moe"]]:
+        s = summarize(moe, ["ours"])["ours"]
+        lines.append(f"| of which MoE | {s['n']} | {s['median']:.2f}% | {s['worst']:.2f}% |")
     s = summarize(rows, ["ours"])["ours"]
     lines += [
         f"| all | {s['n']} | {s['median']:.2f}% | {s['worst']:.2f}% |",

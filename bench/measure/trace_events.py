@@ -1,6 +1,7 @@
 """The allocation sequence of real training steps, against the synthetic one the estimator builds.
 
     python bench/measure/trace_events.py --out bench/results/trace-cpu.json [--only SUBSTRING]
+    python bench/measure/trace_events.py --subset moe     # -> bench/results/trace-cpu-moe.json
 
 For each case the harness (harness.py) builds the model and runs two training steps exactly as
 it measures one (step 1 without optimizer state, then step 2), under a tracker that records every
@@ -234,6 +235,24 @@ TINY = {
 }
 
 
+def moe_cases() -> list[tuple[str, Plan, str]]:
+    """Mixture-of-experts models at real sizes, shapes only (the harness's moe subset's
+    models; transformers 5 runs their experts through grouped_mm). gpt-oss: eager attention
+    (it declares no SDPA support)."""
+    mp, lora = harness.measured_plan, harness.lora
+    out: list[tuple[str, Plan, str]] = []
+    for name in harness.MOE:
+        attn = "eager" if name.startswith("gpt-oss") else "sdpa"
+        for plan in (
+            mp("full", "bf16", "adamw", 512, 2, grad_ckpt=True, attn=attn),
+            lora("bf16", 16, "all-linear", seq_len=1024, batch=1, attn=attn),
+            lora("bf16", 16, "all-linear", seq_len=1024, batch=1, grad_ckpt=True, attn=attn),
+            lora("bf16", 16, "attention", seq_len=2048, batch=1, attn=attn),
+        ):
+            out.append((name, plan, "fake"))
+    return out
+
+
 def cases() -> list[tuple[str, Plan, str]]:
     mp, lora = harness.measured_plan, harness.lora
     out: list[tuple[str, Plan, str]] = []
@@ -274,10 +293,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--out", type=Path, default=harness.REPO / "bench/results/trace-cpu.json")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="default: bench/results/trace-cpu[-moe].json"
+    )
+    ap.add_argument("--subset", choices=["dense", "moe"], default="dense")
     ap.add_argument("--only", default=None, help="run only cases whose id contains this substring")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     args = ap.parse_args(argv)
+    suffix = "-moe" if args.subset == "moe" else ""
+    args.out = args.out or harness.REPO / f"bench/results/trace-cpu{suffix}.json"
     if args.threads:
         torch.set_num_threads(args.threads)
     models = {**harness.load_models(), **TINY}
@@ -305,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.replace(args.out)
         return doc
 
-    for name, plan, execution in cases():
+    for name, plan, execution in moe_cases() if args.subset == "moe" else cases():
         rid = f"{name}/{harness.case_key(plan)}/{execution}"
         if args.only and args.only not in rid:
             continue

@@ -66,8 +66,14 @@ LAZY_LOADING_CUDA = (11, 7)
 # 2023-08-28), so 1000 MiB, the floor that sentence gives.
 # Under lazy loading (CUDA >= 11.7) no per-family figure was found: the published ones are for
 # one small tensor on an unnamed GPU (274 MiB used incl. a 6.1 MiB tensor, pytorch#86509;
-# "~300MB", pytorch#107667; "around 400MB", pytorch#109888) and a training step loads many more
-# kernels than that, so every family keeps TYPICAL's 600 MiB until a GPU run calibrates it.
+# "~300MB", pytorch#107667; "around 400MB", pytorch#109888), or at CUDA init before any kernel
+# (426 MiB on an RTX 6000 Ada, torch 2.10.0+cu130, unslothai/unsloth-zoo#1053; 0.47 GB lazy vs
+# 0.92 GB eager after torch.ones(1).cuda() on an 80 GB card, torch 2.1.1+cu121, stas00/
+# ml-engineering training/performance/README.md), and outside PyTorch the bare context scales
+# with the SM count within a family (107 MiB on an RTX 4060 Ti, 555 MiB on an RTX PRO 6000
+# Blackwell: ggml-org/llama.cpp#23604), so a family is no key for it. A training step loads
+# many more kernels and cuBLAS / cuDNN handles than any of these, so every family keeps
+# TYPICAL's 600 MiB until a GPU run calibrates it (`trainmem-tui calibrate`).
 EAGER_CONTEXT_MIB = {"pascal": 721, "ampere": 1687}
 EAGER_DEFAULT_MIB = 1000
 EAGER_SOURCES = {
