@@ -52,7 +52,8 @@ def test_untraceable_plan_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["plan", "--model", str(config), "--method", "qlora", "--trace"]) == 2
     err = capsys.readouterr().err
     assert (
-        err == "trainmem-tui plan: error: trace: method qlora is not traced (full and lora are)\n"
+        err == "trainmem-tui plan: error: trace: method qlora is not traced: bitsandbytes' "
+        "4-bit weights cannot be fake tensors (full and lora are)\n"
     )
 
 

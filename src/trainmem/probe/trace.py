@@ -72,7 +72,12 @@ def check(plan: Plan, spec: ModelSpec) -> None:
     if spec.assumed:
         raise PlanError("trace", "needs the model's config (a catalogue id, config.json or id)")
     if plan.method not in ("full", "lora"):
-        raise PlanError("trace", f"method {plan.method} is not traced (full and lora are)")
+        # QLoRA: bitsandbytes' Params4bit is a tensor subclass (torch.Tensor._make_subclass),
+        # which FakeTensorMode refuses to wrap, so its weights cannot be shapes only
+        why = (
+            ": bitsandbytes' 4-bit weights cannot be fake tensors" if plan.method == "qlora" else ""
+        )
+        raise PlanError("trace", f"method {plan.method} is not traced{why} (full and lora are)")
     if plan.optimizer not in OPTIMIZERS:
         raise PlanError("trace", f"optimizer {plan.optimizer} is not traced")
     if plan.world > 1 or plan.strategy != "ddp":
