@@ -6,7 +6,7 @@ anything else (a path, a cached Hugging Face id) reads files and is resolved in 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from trainmem.app.targets import plan_targets
@@ -98,10 +98,11 @@ def solve(
     spec: ModelSpec,
     snapshot: Snapshot | None,
     calibrations: Mapping[str, Calibration],
+    stop: Callable[[], bool] | None = None,
 ) -> Report:
-    """The full report, advice and what-if for the first device included (tens of ms): run it
-    in a worker thread."""
-    return _report(plan, spec, snapshot, calibrations, solve=True)
+    """The full report, advice and what-if for the first device included (tens of ms, seconds
+    for a 70B): run it in a worker thread. ``stop``: build_report's (Stale once it says so)."""
+    return _report(plan, spec, snapshot, calibrations, solve=True, stop=stop)
 
 
 def _report(
@@ -112,6 +113,7 @@ def _report(
     *,
     solve: bool,
     simulate: bool = True,
+    stop: Callable[[], bool] | None = None,
 ) -> Report:
     return build_report(
         plan,
@@ -121,6 +123,7 @@ def _report(
         solve=solve,
         node_ram_bytes=_ram(plan, snapshot),
         simulate=simulate,
+        stop=stop,
     )
 
 

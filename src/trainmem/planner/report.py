@@ -8,7 +8,7 @@ report after it is built, so every front end shows the same figures for the same
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from trainmem.core.whatif import Advice
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+class Stale(Exception):
+    """build_report's ``stop`` said the report is no longer wanted (the plan was edited)."""
 
 
 @dataclass(frozen=True)
@@ -297,6 +301,7 @@ def build_report(
     solve: bool = True,
     node_ram_bytes: int | None = None,
     simulate: bool = True,
+    stop: Callable[[], bool] | None = None,
 ) -> Report:
     """Estimate ``plan`` and judge it on ``targets`` (default: its ``device`` field), each
     with its own kind's runtime and, for a GPU this machine calibrated (``calibrations``, from
@@ -310,6 +315,10 @@ def build_report(
     ``simulate=False`` (the dashboard's per-keystroke figure while its worker simulates) gives
     the quick device peak without the allocator's simulation; such a report says so
     (``Report.simulated``) and is replaced by the simulated one when that is ready.
+
+    ``stop`` is asked before each search (each tens of simulations for a large model); when
+    it answers True, Stale is raised: a dashboard worker whose plan was edited meanwhile
+    stops there instead of finishing every search for a plan nobody will see.
     """
     plan = plan.validated()
     spec = spec or resolve_model(plan.model)
@@ -363,19 +372,27 @@ def build_report(
     # the mlx stack plans one Mac (trainmem.core.plan _mlx_rules): no strategy to search
     torch = plan.tooling.engine == "torch"
     sharding_wanted = torch and (plan.world > 1 or not (fits[0].fits and peaks[0].fits))
+
+    def search(answer: Callable[..., Any], *args: Any) -> Any:  # one search, if still wanted
+        if stop is not None and stop():
+            raise Stale
+        return answer(*args)
+
     answers = WhatIf(
         device=targets[0].name,
-        max_seq_len=whatif.max_seq_len(plan, spec, first),
-        max_batch=whatif.max_batch(plan, spec, first),
-        largest_model=whatif.largest_model(plan, first, models),
-        fewest_gpus=whatif.fewest_gpus(plan, spec, first) if sharding_wanted else {},
+        max_seq_len=search(whatif.max_seq_len, plan, spec, first),
+        max_batch=search(whatif.max_batch, plan, spec, first),
+        largest_model=search(whatif.largest_model, plan, first, models),
+        fewest_gpus=search(whatif.fewest_gpus, plan, spec, first) if sharding_wanted else {},
         fewest_nodes=(
-            whatif.fewest_nodes(plan, spec, first) if sharding_wanted and plan.gpus > 1 else {}
+            search(whatif.fewest_nodes, plan, spec, first)
+            if sharding_wanted and plan.gpus > 1
+            else {}
         ),
         gpus_per_node=plan.gpus,
         nodes=plan.nodes,
         seq_len_limit=whatif.seq_len_limit(spec),
         batch_limit=whatif.BATCH_LIMIT,
     )
-    advice = tuple(whatif.advice(plan, spec, first, models))
+    advice = tuple(search(whatif.advice, plan, spec, first, models))
     return Report(est, tuple(targets), fits, advice, answers, host, peaks, budgets, failure)

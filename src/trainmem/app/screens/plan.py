@@ -26,7 +26,7 @@ from trainmem.core.architecture import ModelSpec
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
 from trainmem.planner.naming import fit_name
-from trainmem.planner.report import Report
+from trainmem.planner.report import Report, Stale
 
 if TYPE_CHECKING:
     from trainmem.app.dashboard import Dashboard
@@ -315,9 +315,14 @@ class PlanScreen(Screen[None]):
         # the simulated device peak first (one simulation), then the searches (many), unless
         # the plan was edited meanwhile: a newer worker has replaced this one
         self.post_message(Simulated(plan, planning.simulated(plan, spec, snapshot, calibrations)))
-        if get_current_worker().is_cancelled:
+        worker = get_current_worker()
+        try:  # a worker cancelled by a newer edit stops at the next search
+            solved = planning.solve(
+                plan, spec, snapshot, calibrations, stop=lambda: worker.is_cancelled
+            )
+        except Stale:
             return
-        self.post_message(Solved(plan, planning.solve(plan, spec, snapshot, calibrations)))
+        self.post_message(Solved(plan, solved))
 
     def on_simulated(self, message: Simulated) -> None:
         if self._report is not None and message.plan == self._report.estimate.plan:
