@@ -81,7 +81,7 @@ def retype(old: str, new: str) -> list[str]:
 @pytest.mark.parametrize("delay", EVERY_FIELD_DELAYS)
 async def test_bursts_into_every_text_field(demo_app: Callable[..., TrainmemApp], delay: float):
     app = demo_app()
-    async with app.run_test(size=(120, 60)) as pilot:
+    async with app.run_test(size=(120, 30)) as pilot:
         await pilot.pause()
         model = app.screen.query_one("#f-model", Input)
         assert app.focused is model  # the first key lands there

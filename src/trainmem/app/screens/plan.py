@@ -314,8 +314,10 @@ class PlanScreen(Screen[None]):
     ) -> None:
         # the simulated device peak first (one simulation), then the searches (many), unless
         # the plan was edited meanwhile: a newer worker has replaced this one
-        self.post_message(Simulated(plan, planning.simulated(plan, spec, snapshot, calibrations)))
         worker = get_current_worker()
+        if worker.is_cancelled:  # typed on before this thread began
+            return
+        self.post_message(Simulated(plan, planning.simulated(plan, spec, snapshot, calibrations)))
         try:  # a worker cancelled by a newer edit stops at the next search
             solved = planning.solve(
                 plan, spec, snapshot, calibrations, stop=lambda: worker.is_cancelled
