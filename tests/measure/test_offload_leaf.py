@@ -60,3 +60,43 @@ def test_a_trained_embeddings_output_is_freed_once_offloaded() -> None:
     gc.collect()
     assert alive() is None
     out.sum().backward()
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_peft_makes_the_embeddings_output_a_leaf_kept_under_save_on_cpu(reentrant: bool) -> None:
+    """The real stack: a PEFT LoRA model checkpointed as the Trainer does, its step under
+    torch.autograd.graph.save_on_cpu (the torch offload kind): the embedding's output is a
+    leaf that requires grad and lives until the loss is freed."""
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=256,
+    )
+    base = transformers.AutoModelForCausalLM.from_config(config)
+    lora = peft.LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM")
+    model = peft.get_peft_model(base, lora)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    model.train()
+    seen = []
+    model.get_input_embeddings().register_forward_hook(
+        lambda _m, _i, out: seen.append((weakref.ref(out.untyped_storage()), out.is_leaf))
+    )
+    ids = torch.randint(0, 256, (1, 16))
+    with torch.autograd.graph.save_on_cpu():
+        out = model(input_ids=ids, labels=ids)
+    loss = out.loss
+    del out
+    gc.collect()
+    alive, leaf = seen[-1]
+    assert leaf and alive() is not None
+    loss.backward()
+    gc.collect()
+    assert alive() is not None
+    del loss
+    gc.collect()
+    assert alive() is None

@@ -16,14 +16,15 @@
   apply_unsloth_gradient_checkpointing; ``max_seq_length`` there, the plan's length here).
   A second GPU buffer (double buffering) is made only when more than 512 MiB is free after the
   first step (DOUBLE_BUFFER_HEADROOM), and freed when it would not fit: never counted.
-  The first layer's input stays on the GPU too when the embedding is frozen: Unsloth makes its
-  output require grad (unsloth_zoo ce232d6 training_utils.py prepare_model_for_training:
-  ``enable_input_require_grads()`` for reentrant checkpointing), which makes it a leaf, and the
-  first layer's checkpoint node holds a leaf through its AccumulateGrad edge until the loss is
-  freed (torch/csrc/autograd/functions/accumulate_grad.h keeps ``Variable variable``), so
-  offloading it frees nothing; at the embedding's backward its ``.grad`` joins it.
-  tests/measure/test_offload_leaf.py shows the leaf outliving its offload on torch itself.
-Derived from source, not measured: Unsloth needs a GPU.
+Either way the first layer's input stays on the GPU when the embedding is frozen (LoRA,
+QLoRA): its output is made to require grad (``enable_input_require_grads()``: PEFT's, and
+unsloth_zoo ce232d6 training_utils.py prepare_model_for_training's), which makes it a leaf, and
+the first op on it holds a leaf through its AccumulateGrad edge until the loss is freed
+(torch/csrc/autograd/functions/accumulate_grad.h keeps ``Variable variable``), so offloading
+it frees nothing; at the embedding's backward its ``.grad`` joins it. tests/measure/
+test_offload_leaf.py shows it on torch, and with transformers 5.24 + PEFT 0.21 under
+save_on_cpu, reentrant checkpointing or not.
+Unsloth's offload is derived from source, not measured: Unsloth needs a GPU.
 """
 
 from __future__ import annotations
@@ -56,14 +57,14 @@ def checkpoint_offload(plan: Plan, spec: ModelSpec, element_bytes: int) -> Offlo
         return Offload(False)
     elements = plan.batch * plan.seq_len * spec.hidden
     one = elements * element_bytes
+    frozen_embedding = not plan.training.trains_base and "embed_tokens" not in plan.saved_modules
+    first = one if frozen_embedding else 0  # the embedding's output: a leaf kept on the GPU
     if plan.tooling.ckpt_offload_kind != "unsloth":
-        return Offload(True, host=spec.layers * one)
+        return Offload(True, first_input=first, host=spec.layers * one)
     if plan.seq_len < UNSLOTH_MIN_SEQ or one <= UNSLOTH_MIN_OFFLOAD_BYTES:
         return Offload(False)
     per_buffer = max(elements, UNSLOTH_CPU_BUFFER_ELEMENTS) * element_bytes
     spare = max(0, UNSLOTH_CPU_BUFFERS - spec.layers) * UNSLOTH_CPU_BUFFER_ELEMENTS
     # the first step offloads every layer, so every layer has its pinned buffer from then on
     host = spec.layers * per_buffer + spare * element_bytes
-    frozen_embedding = not plan.training.trains_base and "embed_tokens" not in plan.saved_modules
-    first = one if frozen_embedding else 0
     return Offload(True, gpu_buffer=one, last_input=one, first_input=first, host=host)
