@@ -11,6 +11,7 @@ on 80 GB, 2,900 on 8 GB); Llama 3.3 70B from https://unsloth.ai/blog/llama3-3 (A
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -128,17 +129,25 @@ def line(points: list[tuple[int, int]]) -> tuple[float, float]:
     return 2**30 / per_gib, g1 - t1 / per_gib
 
 
+@functools.cache
+def unsloth_longest(model: str, gib: int) -> tuple[int | None, int | None]:
+    """The Unsloth run's longest sequence on ``model`` and ``gib`` GiB: today's source and
+    as 2024.12 (each a search of tens of simulations: computed once for the table, the
+    lines and the tests)."""
+    today = longest(UNSLOTH, model, gib)
+    with as_unsloth_2024_12():
+        return today, longest(UNSLOTH, model, gib)
+
+
 def lines(model: str) -> dict[str, tuple[float, float]]:
     """The published line of ``model`` and the estimate's, today's and as 2024.12."""
     rows = [(gib, u) for m, gib, u, _hf in UNSLOTH_CONTEXT if m == model]
-
-    def ours() -> list[tuple[int, int]]:
-        return [(gib, longest(UNSLOTH, model, gib) or 0) for gib, _u in rows]
-
-    today = ours()
-    with as_unsloth_2024_12():
-        then = ours()
-    return {"published": line(rows), "ours": line(today), "as 2024.12": line(then)}
+    ours = [(gib, unsloth_longest(model, gib)) for gib, _u in rows]
+    return {
+        "published": line(rows),
+        "ours": line([(gib, today or 0) for gib, (today, _) in ours]),
+        "as 2024.12": line([(gib, then or 0) for gib, (_, then) in ours]),
+    }
 
 
 def unsloth_section() -> list[str]:
@@ -178,11 +187,9 @@ def unsloth_section() -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for model, gib, unsloth, hf in UNSLOTH_CONTEXT:
-        u = cell(longest(UNSLOTH, model, gib), unsloth)
-        with as_unsloth_2024_12():
-            then = cell(longest(UNSLOTH, model, gib), unsloth)[1:]
+        today, then = unsloth_longest(model, gib)
         h = cell(longest(HF_FA2, model, gib), hf)
-        row = " | ".join([*u, *then, *h])
+        row = " | ".join([*cell(today, unsloth), *cell(then, unsloth)[1:], *h])
         out.append(f"| {model.split('/')[1]} | {gib} GB | {row} |")
     out += [
         "",
