@@ -42,12 +42,13 @@ class Step:
     # at the embedding's backward: FSDP's root reduce-scatter input (in the reduce dtype);
     # ZeRO 1-2 offload's clone of the largest gradient and its fp64 norm (sharding.py)
     root_reduce: int = 0
-    # Unsloth's checkpoint offload (trainmem.core.offload): its GPU reload buffer, alive at
-    # every moment, the last layer's input, kept until that layer's backward, and the first
-    # layer's, kept until the loss is freed (its gradient beside it at the embedding).
+    # Checkpoint offload (trainmem.core.offload): Unsloth's GPU reload buffer, alive at every
+    # moment, and its last layer's input, kept until that layer's backward; under any offload
+    # a frozen embedding's output, kept until the loss is freed (its gradient beside it at the
+    # embedding).
     ckpt_buffer: int = 0
     ckpt_last: int = 0
-    ckpt_first: int = 0  # the embedding's output, held by the first layer's checkpoint node
+    ckpt_first: int = 0  # the embedding's output: a leaf the autograd graph holds
 
     def alive(
         self, activations: int, logits: int, grads: int, temps: int, gathered: int = 0

@@ -176,7 +176,7 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
         b.frees("loop cache", layers)
         # forward
         copies = split(s.forward_copies, [1] * layers + [0]) if s.forward_copies else []
-        b.alloc("first input", s.ckpt_first)  # a leaf the first layer's node keeps
+        b.alloc("first input", s.ckpt_first)  # a leaf the autograd graph keeps
         for j in range(layers):
             if j < len(copies):
                 b.alloc(("copy", j), copies[j])
