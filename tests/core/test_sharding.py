@@ -388,6 +388,46 @@ def test_fewest_gpus_is_the_smallest_count_that_fits():
     assert answers["zero-3 + params offload"] <= answers["zero-3"]
 
 
+def test_a_search_the_quick_figure_finds_empty_is_settled_by_one_simulation():
+    from trainmem.core.whatif import _search
+
+    for largest in (True, False):
+        simulated: list[int] = []
+
+        def never(n: int, exact: bool, simulated: list[int] = simulated) -> bool:
+            if exact:
+                simulated.append(n)
+            return False
+
+        assert _search(never, 1, 1024, largest) is None
+        assert simulated == [1 if largest else 1024]  # the end that fits best, by monotony
+
+        def from_300(n: int, exact: bool, largest: bool = largest) -> bool:  # quick: none
+            return exact and (n <= 300 if largest else n >= 300)
+
+        assert _search(from_300, 1, 1024, largest) == 300
+
+
+def test_a_plan_too_big_before_the_allocator_is_not_simulated(monkeypatch):
+    from trainmem.core import whatif
+    from trainmem.core.fit import Budget
+    from trainmem.sources.resolve import resolve_model
+
+    spec = resolve_model("Qwen/Qwen2.5-7B")
+    p = Plan(model="Qwen/Qwen2.5-7B", method="full", device="40GB").validated()
+    simulated = []
+    real = whatif.estimate
+
+    def counted(*args, simulate=True, **kwargs):
+        simulated.append(simulate)
+        return real(*args, simulate=simulate, **kwargs)
+
+    monkeypatch.setattr(whatif, "estimate", counted)
+    assert not whatif._fits(p, spec, Budget(40 * 10**9))
+    assert simulated == [False]  # weights, gradients and Adam alone exceed 40 GB
+    assert whatif._fits(p, spec, Budget(400 * 10**9)) and simulated[-1]
+
+
 def test_multi_gpu_advice_offers_stage_offload_and_more_gpus():
     from trainmem.core.fit import Budget
     from trainmem.core.whatif import advice

@@ -52,6 +52,9 @@ def need(plan: Plan, spec: ModelSpec, budget: Budget, exact: bool = True) -> int
 
 
 def _fits(plan: Plan, spec: ModelSpec, budget: Budget, exact: bool = True) -> bool:
+    # A plan too big before the allocator adds anything needs no simulation to say so.
+    if exact and _surely_too_big(plan, spec, budget):
+        return False
     return need(plan, spec, budget, exact) <= budget.usable_bytes
 
 
@@ -78,7 +81,9 @@ def _search(fits: Callable[[int, bool], bool], low: int, high: int, largest: boo
             seen[n] = fits(n, True)
         return seen[n]
 
-    start = quick if quick is not None else (high if largest else low)
+    # None on the quick figure: most likely none fits, which one simulation at the end that
+    # fits best (low for a largest, high for a smallest) settles, by monotony.
+    start = quick if quick is not None else (low if largest else high)
     # towards the answer: a largest that fits (or a smallest that does not) lies above
     step, way = max(1, start // 64), 1 if exact(start) == largest else -1
     edge, bound = start, (high if way > 0 else low)
@@ -132,8 +137,7 @@ def largest_model(
             (
                 _model_id(c)
                 for c in ranked
-                if not _surely_too_big(replace(plan, method=method, model=_model_id(c)), c, budget)
-                and _fits(replace(plan, method=method, model=_model_id(c)), c, budget)
+                if _fits(replace(plan, method=method, model=_model_id(c)), c, budget)
             ),
             None,
         )
