@@ -16,16 +16,21 @@ the quick figure without it, for an 8B QLoRA and a 70B QLoRA at 4,096 tokens.
 
 from __future__ import annotations
 
+import os
 import platform
 import random
 import statistics
 import sys
 import time
 
+from machine import cpu_name
+
+from trainmem.core import device_peak
 from trainmem.core.alloc_conf import parse_alloc_conf
 from trainmem.core.allocator import Alloc, Event, Free, simulate
 from trainmem.core.estimator import estimate
 from trainmem.core.plan import Plan
+from trainmem.planner.report import build_report
 from trainmem.sources import catalog
 
 MiB = 1024 * 1024
@@ -66,7 +71,7 @@ def timed(events: list[Event], **kwargs) -> tuple[float, object]:
 
 def main() -> None:
     events = training_trace(10_000)
-    print(f"machine: {platform.machine()}, {platform.platform()}")
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores visible, {platform.platform()}")
     print(f"python {sys.version.split()[0]}; command: python bench/allocator_bench.py")
     print(f"trace: {len(events):,} events")
     unlimited = None
@@ -94,11 +99,12 @@ def main() -> None:
         entry = catalog.find(model)
         assert entry is not None
         spec = entry.spec()
-        plan = Plan(model=model, method="qlora", seq_len=4096).validated()
+        plan = Plan(model=model, method="qlora", seq_len=4096, device="h100-80gb").validated()
         timings = {}
         for simulated in (True, False):
             samples = []
             for _ in range(7):
+                device_peak._device_peak.cache_clear()
                 start = time.perf_counter()
                 estimate(plan, spec, simulate=simulated)
                 samples.append(time.perf_counter() - start)
@@ -107,6 +113,18 @@ def main() -> None:
         print(
             f"estimate {model.split('/')[1]:24s} simulated {timings[True] * 1000:6.1f} ms "
             f"({peak.events if peak else 0:,} events), quick {timings[False] * 1000:5.2f} ms"
+        )
+        samples = []
+        for _ in range(3):
+            device_peak._device_peak.cache_clear()
+            before = device_peak._device_peak.cache_info().misses
+            start = time.perf_counter()
+            build_report(plan, spec)
+            samples.append(time.perf_counter() - start)
+            runs = device_peak._device_peak.cache_info().misses - before
+        print(
+            f"report   {model.split('/')[1]:24s} on an H100 with its searches "
+            f"{statistics.median(samples) * 1000:6.0f} ms ({runs} simulations)"
         )
 
 

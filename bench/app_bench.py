@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from machine import cpu_name
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -179,14 +180,7 @@ def idle(pty: Pty, seconds: float) -> tuple[float, int]:
 
 
 def describe_machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_name()
     import textual
 
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())

@@ -21,6 +21,8 @@ import time
 import tracemalloc
 from typing import Any
 
+from machine import cpu_name
+
 from trainmem.devices import NvmlReader, Sampler, SystemReader
 from trainmem.devices.fakes import (
     FakeGpu,
@@ -33,17 +35,6 @@ from trainmem.devices.fakes import (
 
 MiB = 2**20
 psutil: Any = importlib.import_module("psutil")  # imported so: psutil ships no type stubs
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def make_sampler(n_gpus: int, *, real_psutil: bool = False) -> tuple[Sampler, FakeNvml]:

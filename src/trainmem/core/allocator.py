@@ -345,8 +345,11 @@ class CachingAllocator:
         self.allocated -= block.size
         self.active.discard(block)
         pool = self.small if block.small else self.large
-        for neighbour in (block.prev, block.next):
-            self._try_merge_blocks(block, neighbour, pool)
+        before, after = block.prev, block.next
+        if before is not None and not before.allocated:
+            self._try_merge_blocks(block, before, pool)
+        if after is not None and not after.allocated:
+            self._try_merge_blocks(block, after, pool)
         pool.insert(block)
 
     def empty_cache(self) -> None:
@@ -414,7 +417,7 @@ class CachingAllocator:
         i = bisect_left(keys, (stream, size, -1))
         if i == len(keys) or keys[i][0] != stream:
             return None
-        block = pool.at(i)
+        block = pool.blocks[keys[i][2]]
         if block.segment is not None:
             # An expandable block counts as big as it can grow (its unmapped next range) for
             # best fit: look on for a block that fits more tightly that way.
@@ -458,7 +461,8 @@ class CachingAllocator:
         block.requested = orig_size
         self.active.add(block)
         self.allocated += block.size
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
         return block
 
     def _try_merge_blocks(self, dst: _Block, src: _Block | None, pool: _Pool) -> int:
@@ -741,11 +745,12 @@ def _run(
     live: dict[Hashable, _Block | None] = {}
     for index, event in enumerate(events):
         allocator.event = index
-        if isinstance(event, Alloc):
+        # exactly the three types (none is subclassed): a type test costs less than isinstance
+        if type(event) is Alloc:
             if event.id in live:
                 raise ValueError(f"event {index}: id {event.id!r} is already allocated")
             size = event.size
-            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            if type(size) is not int or size < 0:  # bool is not int by type
                 raise ValueError(f"event {index}: size {size!r} is not a byte count")
             if size >= ONE_EXA_BYTES:
                 raise ValueError(f"event {index}: {size} bytes is beyond what PyTorch accepts")
@@ -755,13 +760,13 @@ def _run(
                 reserved.append(allocator.reserved)
                 allocated.append(allocator.allocated)
                 return exc.oom
-        elif isinstance(event, Free):
+        elif type(event) is Free:
             if event.id not in live:
                 raise ValueError(f"event {index}: id {event.id!r} is not allocated")
             block = live.pop(event.id)
             if block is not None:
                 allocator.free(block)
-        elif isinstance(event, EmptyCache):
+        elif type(event) is EmptyCache:
             allocator.empty_cache()
         else:
             raise ValueError(f"event {index}: {event!r} is not an Alloc, Free or EmptyCache")
