@@ -22,6 +22,7 @@ accuracy:
 		bench/results/measure-cpu-sharded-fsdp1-mp.json \
 		bench/results/measure-cpu-deepspeed.json \
 		bench/results/measure-cpu-frameworks.json \
+		$(wildcard bench/results/measure-cuda.json) \
 		--out docs/accuracy.md
 
 # Re-measure real training steps on CPU (installs torch's CPU wheel into .measure-venv).

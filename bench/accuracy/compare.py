@@ -30,6 +30,7 @@ from trainmem.core.architecture import spec_from_config
 from trainmem.core.estimator import estimate, step_sizes
 from trainmem.core.plan import STACKS, Plan
 from trainmem.core.recipes import recipe
+from trainmem.core.runtime import built_in_figures
 from trainmem.core.step_events import step_events
 
 PLAN_FIELDS = {f.name for f in fields(Plan)}
@@ -47,7 +48,12 @@ def to_plan(record: dict[str, Any]) -> Plan:
     return Plan(model=record["model"]["name"], **{k: v for k, v in values.items() if k != "model"})
 
 
-def compare(record: dict[str, Any], kernels: str) -> dict[str, Any] | None:
+def compare(
+    record: dict[str, Any], kernels: str, machine: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """A record's row: the tools' predictions beside what was measured; for a CUDA run
+    (``machine``: its file's, with the GPU's name and the CUDA context measured) also the
+    device peak, simulated and measured."""
     measured = (record.get("measured") or {}).get("peak_allocated_bytes")
     if not measured:
         return None
@@ -83,7 +89,90 @@ def compare(record: dict[str, Any], kernels: str) -> dict[str, Any] | None:
             row[name] = fn(arch, peer_plan)
         except (KeyError, ValueError, TypeError, ZeroDivisionError):
             row[name] = None
+    cuda = record["measured"].get("cuda")
+    if cuda and cuda.get("max_reserved") and machine is not None:
+        row["cuda"] = device_peak_row(plan, spec, cuda, machine)
     return row
+
+
+def device_peak_row(
+    plan: Plan, spec: Any, cuda: dict[str, Any], machine: dict[str, Any]
+) -> dict[str, Any]:
+    """What a GPU run measured (bench/measure/cuda_stats.py CudaPeak, over the measured step)
+    beside the plan's device peak on that GPU: the simulated reserve (which holds cuBLAS's
+    workspaces) against ``torch.cuda.max_memory_reserved``, and reserve + context against
+    NVML's most used memory less what was used before CUDA started (other processes)."""
+    figures = built_in_figures(machine.get("gpu"), machine.get("cuda"))
+    est = estimate(plan, spec, "cuda", figures=figures)
+    peak = est.device_peak
+    assert peak is not None  # a GPU plan is simulated
+    before = (machine.get("cuda_context") or {}).get("nvml_used_before_init")
+    polled = cuda.get("nvml_used_max_polled")
+    return {
+        "allocated": cuda["max_allocated"],
+        "allocated ours": est.allocated_bytes,
+        "reserved": cuda["max_reserved"],
+        "reserved ours": peak.reserved,
+        "device": polled - before if polled is not None and before is not None else None,
+        "device ours": est.device_bytes,
+        "context": (machine.get("cuda_context") or {}).get("context_bytes"),
+        "context ours": figures.context_bytes,
+    }
+
+
+def cuda_section(rows: list[dict[str, Any]]) -> list[str]:
+    """The device peak on a GPU, simulated against measured, where a CUDA run recorded it."""
+    measured = [r for r in rows if r.get("cuda")]
+    if not measured:
+        return []
+    lines = [
+        "",
+        "## Device peak on a GPU",
+        "",
+        "Measured by `bench/measure/harness.py --device cuda` over the measured step (after "
+        "`torch.cuda.reset_peak_memory_stats`, the warm-up step's cached segments still "
+        "held): `torch.cuda.max_memory_allocated` and `max_memory_reserved`, and NVML's most "
+        "used memory (5 ms polling) less the memory used before CUDA started. `ours`: the "
+        "plan's estimate on that GPU (the simulated allocator over two steps, cuBLAS "
+        "workspaces inside it; the device figure adds the built-in CUDA context). Error = "
+        "(ours - measured) / measured.",
+        "",
+        "| model | recipe | seq x batch | allocated | reserved | ours | error | device "
+        "(NVML) | ours | error |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in measured:
+        c, p = r["cuda"], r["plan"]
+        device = "n/a" if c["device"] is None else f"{gib(c['device'])}"
+        device_err = None if c["device"] is None else err(c["device ours"], c["device"])
+        lines.append(
+            f"| {r['model']} | {recipe_name(p)} | {p.seq_len} x {p.batch} | "
+            f"{gib(c['allocated'])} | {gib(c['reserved'])} | {gib(c['reserved ours'])} | "
+            f"{fmt_pct(err(c['reserved ours'], c['reserved']))} | {device} | "
+            f"{gib(c['device ours'])} | {fmt_pct(device_err)} |"
+        )
+    errs = [
+        abs(e)
+        for r in measured
+        if (e := err(r["cuda"]["reserved ours"], r["cuda"]["reserved"])) is not None
+    ]
+    lines += [
+        "",
+        f"Reserved: {len(errs)} steps, median {statistics.median(errs):.2f}%, worst "
+        f"{max(errs):.2f}%.",
+    ]
+    contexts = {r["cuda"]["context"] for r in measured if r["cuda"]["context"]}
+    if contexts:
+        ours = measured[0]["cuda"]["context ours"]
+        lines.append(
+            f"CUDA context measured {', '.join(gib(c) for c in sorted(contexts))} "
+            f"(NVML after `torch.cuda.init()` and a 1-element tensor); built in: {gib(ours)}."
+        )
+    return lines
+
+
+def gib(value: int) -> str:
+    return f"{value / 2**30:.2f} GiB"
 
 
 def err(pred: int | None, measured: int) -> float | None:
@@ -595,6 +684,9 @@ def main() -> None:
         # CPU measurements are compared with the CPU kernels' tensors (dropout keeps an fp32
         # noise tensor there, a 1-byte mask on CUDA); everything else is the same model.
         kernels = "cuda" if (data.get("machine") or {}).get("device") == "cuda" else "cpu"
+        gpu = None  # a CUDA run's GPU and measured context, for its device-peak rows
+        if kernels == "cuda":
+            gpu = {**data["machine"], "cuda_context": data.get("cuda_context")}
         seen = set()
         for record in data["records"] if data.get("kind") != "frameworks" else []:
             if (traced := compare_trace(record)) is not None:
@@ -603,7 +695,7 @@ def main() -> None:
             key = record["id"].rsplit("/", 1)[0]  # a fake run repeating a real one
             if key in seen:
                 continue
-            row = compare(record, kernels)
+            row = compare(record, kernels, gpu)
             if row:
                 seen.add(key)
                 if row["plan"].stack == "mlx":
@@ -635,6 +727,8 @@ def main() -> None:
     if args.out:
         command += f" --out {args.out}"
     text = render(rows, meta, command, sharded, validation, traces)
+    gpu_rows = cuda_section(rows + sharded)
+    text += "\n".join([*gpu_rows, ""])[1:] if gpu_rows else ""
     text += "\n".join([*mlx_section(mlx), ""])[1:] if mlx else ""
     text += "\n".join([*frameworks_section(frameworks), ""])[1:] if frameworks else ""
     if args.out:

@@ -449,7 +449,10 @@ def run_case(
     device: str = "cpu",
     detail: bool = False,
     top: int = 0,
+    snapshots: Path | None = None,
 ) -> dict[str, Any]:
+    """One case; on CUDA with ``snapshots`` a memory snapshot of it (from before the model is
+    built to after the measured step) is written there for `trainmem-tui replay`."""
     rec: dict[str, Any] = {
         "id": f"{entry['name']}/{case_key(plan)}/{execution}",
         "model": model_record(entry),
@@ -464,6 +467,9 @@ def run_case(
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake_ctx = FakeTensorMode()
+    history = snapshots is not None and torch.device(device).type == "cuda"
+    if history:  # every allocation and free, with the segments, as memory_viz reads them
+        torch.cuda.memory._record_memory_history(max_entries=2_000_000)
     try:
         with fake_ctx:
             with _fake_safe_module_apply() if execution == "fake" else contextlib.nullcontext():
@@ -522,11 +528,20 @@ def run_case(
                 meas["top_at_peak"] = tr.top_at_peak(top)
             if cuda_stats is not None:
                 meas["cuda"] = cuda_stats.result()
+            if history:
+                assert snapshots is not None
+                snapshots.mkdir(parents=True, exist_ok=True)
+                path = snapshots / (rec["id"].replace("/", "_") + ".pickle")
+                torch.cuda.memory._dump_snapshot(str(path))
+                rec["snapshot"] = str(path)
             rec["measured"] = meas
             del model, opt, ids, loss, tr
     except Exception as e:  # record honestly and move on
         rec["error"] = f"{type(e).__name__}: {e}"[:2000]
         rec["traceback_tail"] = traceback.format_exc()[-1500:]
+    finally:
+        if history:
+            torch.cuda.memory._record_memory_history(enabled=None)
     gc.collect()
     if torch.device(device).type == "cuda":
         torch.cuda.empty_cache()
@@ -832,6 +847,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     ap.add_argument("--only", default=None, help="run only cases whose id contains this substring")
+    ap.add_argument(
+        "--snapshots",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --device cuda: a memory snapshot of each case there (trainmem-tui replay)",
+    )
     args = ap.parse_args(argv)
     try:
         from transformers.utils import logging as hf_logging
@@ -889,7 +911,14 @@ def main(argv: list[str] | None = None) -> int:
             rid = f"{name}/{case_key(plan)}/{ex}"
             if args.only and args.only not in rid:
                 continue
-            rec = run_case(models[name], dataclasses.replace(plan), ex, args.device, top=top)
+            rec = run_case(
+                models[name],
+                dataclasses.replace(plan),
+                ex,
+                args.device,
+                top=top,
+                snapshots=args.snapshots,
+            )
             records.append(rec)
             m = rec.get("measured")
             msg = (
