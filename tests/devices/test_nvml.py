@@ -98,6 +98,45 @@ def test_binding_is_nvidias() -> None:
     assert binding_name().startswith("nvidia-ml-py ")
 
 
+def test_without_the_driver_s_library_pynvml_is_never_imported(monkeypatch) -> None:
+    import ctypes
+    import importlib
+
+    from trainmem.devices import nvml
+
+    def no_library(name: str, *args: object, **kwargs: object) -> object:
+        raise OSError(f"{name}: cannot open shared object file")
+
+    imported: list[str] = []
+    real_import = importlib.import_module
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    monkeypatch.setattr(
+        nvml.importlib, "import_module", lambda name: imported.append(name) or real_import(name)
+    )
+    status = NvmlReader(register_atexit=False).status()
+    assert not status.available
+    assert status.reason == "NVML library not found (no NVIDIA driver installed)"
+    assert status.binding is not None and status.binding.startswith("nvidia-ml-py ")
+    assert "pynvml" not in imported
+
+
+def test_the_old_third_party_pynvml_is_named(monkeypatch) -> None:
+    import importlib.metadata as md
+
+    class OldPynvml:
+        version = "11.5.0"
+        files = (md.PackagePath("pynvml.py"), md.PackagePath("pynvml-11.5.0.dist-info/RECORD"))
+
+    def distribution(name: str) -> object:
+        if name == "pynvml":
+            return OldPynvml()
+        raise md.PackageNotFoundError(name)
+
+    monkeypatch.setattr(md, "distribution", distribution)
+    assert binding_name() == "pynvml 11.5.0 (not NVIDIA's nvidia-ml-py; install nvidia-ml-py)"
+
+
 # -- memory ------------------------------------------------------------------------------------
 
 

@@ -17,6 +17,8 @@ import contextlib
 import ctypes
 import importlib
 import importlib.metadata
+import importlib.util
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -135,6 +137,21 @@ class _Query:
             self.errors[name], self.codes[name] = reason, code
 
 
+def _library_loads() -> bool:
+    """Whether the driver's NVML library loads, tried as pynvml's _LoadNvmlLibrary does
+    (nvidia-ml-py 13.615 pynvml.py: ``CDLL("libnvidia-ml.so.1")`` off Windows). A machine
+    without the driver (a laptop, a Mac, a CPU box) then never imports pynvml, whose module
+    alone holds ~2.4 MiB of a dashboard's memory. On Windows pynvml searches two folders
+    for nvml.dll: that search is left to it."""
+    if sys.platform.startswith("win"):
+        return True
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
 class NvmlReader:
     """Reads every NVIDIA GPU. Thread-safe; meant to be called by one sampler thread."""
 
@@ -176,11 +193,15 @@ class NvmlReader:
         nv = self._module
         binding: str | None = "injected module" if nv is not None else None
         if nv is None:
+            if importlib.util.find_spec("pynvml") is None:
+                return NvmlStatus(False, "pynvml missing (pip install nvidia-ml-py)")
+            binding = binding_name()
+            if not _library_loads():  # what nvmlInit would say, without pynvml's 2.4 MiB
+                return NvmlStatus(False, _INIT_REASONS[LIBRARY_NOT_FOUND], binding=binding)
             try:
                 nv = importlib.import_module("pynvml")
             except ImportError:
                 return NvmlStatus(False, "pynvml missing (pip install nvidia-ml-py)")
-            binding = binding_name()
         self._nv = nv
         mismatch = getattr(nv, "NVMLLibraryMismatchError", None)
         self._errors = (nv.NVMLError, OSError, ctypes.ArgumentError) + (
@@ -402,15 +423,21 @@ class NvmlReader:
 def binding_name() -> str:
     """Which distribution provides `pynvml`. Only NVIDIA's nvidia-ml-py is supported: the old
     third-party `pynvml` (before 12.0) shipped its own copy of the module, missing the v2 memory
-    and v3 process calls. Newer `pynvml` releases just depend on nvidia-ml-py."""
-    try:
-        dists = importlib.metadata.packages_distributions().get("pynvml", [])
-    except Exception:  # metadata is a nicety
-        dists = []
-    if "nvidia-ml-py" in dists:
-        return f"nvidia-ml-py {importlib.metadata.version('nvidia-ml-py')}"
-    if dists:
-        return f"{', '.join(dists)} (not NVIDIA's nvidia-ml-py; install nvidia-ml-py)"
+    and v3 process calls. Newer `pynvml` releases just depend on nvidia-ml-py. Each candidate's
+    RECORD is read for the module: importlib.metadata.packages_distributions() would read
+    every installed distribution's (0.16 s and 5 MiB in a venv with torch)."""
+    for name in ("nvidia-ml-py", "pynvml"):
+        try:
+            dist = importlib.metadata.distribution(name)
+            files = dist.files or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        except Exception:  # metadata is a nicety
+            break
+        if any(f.name == "pynvml.py" and len(f.parts) == 1 for f in files):
+            if name == "nvidia-ml-py":
+                return f"nvidia-ml-py {dist.version}"
+            return f"{name} {dist.version} (not NVIDIA's nvidia-ml-py; install nvidia-ml-py)"
     return "unknown pynvml"
 
 
