@@ -106,8 +106,8 @@ def device_peak_row(
     est = estimate(plan, spec, "cuda", figures=figures)
     peak = est.device_peak
     assert peak is not None  # a GPU plan is simulated
-    before = (machine.get("cuda_context") or {}).get("nvml_used_before_init")
-    polled = cuda.get("nvml_used_max_polled")
+    context = machine.get("cuda_context") or {}
+    before, polled = context.get("nvml_used_before_init"), cuda.get("nvml_used_max_polled")
     return {
         "allocated": cuda["max_allocated"],
         "allocated ours": est.allocated_bytes,
@@ -115,7 +115,7 @@ def device_peak_row(
         "reserved ours": peak.reserved,
         "device": polled - before if polled is not None and before is not None else None,
         "device ours": est.device_bytes,
-        "context": (machine.get("cuda_context") or {}).get("context_bytes"),
+        "context": context.get("context_bytes"),
         "context ours": figures.context_bytes,
     }
 
@@ -137,42 +137,38 @@ def cuda_section(rows: list[dict[str, Any]]) -> list[str]:
         "workspaces inside it; the device figure adds the built-in CUDA context). Error = "
         "(ours - measured) / measured.",
         "",
-        "| model | recipe | seq x batch | allocated | reserved | ours | error | device "
-        "(NVML) | ours | error |",
+        "| model | recipe | seq x batch | allocated GB | reserved GB | ours GB | error | "
+        "device (NVML) GB | ours GB | error |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in measured:
         c, p = r["cuda"], r["plan"]
-        device = "n/a" if c["device"] is None else f"{gib(c['device'])}"
+        device = "n/a" if c["device"] is None else f"{c['device'] / 1e9:.3f}"
         device_err = None if c["device"] is None else err(c["device ours"], c["device"])
         lines.append(
             f"| {r['model']} | {recipe_name(p)} | {p.seq_len} x {p.batch} | "
-            f"{gib(c['allocated'])} | {gib(c['reserved'])} | {gib(c['reserved ours'])} | "
-            f"{fmt_pct(err(c['reserved ours'], c['reserved']))} | {device} | "
-            f"{gib(c['device ours'])} | {fmt_pct(device_err)} |"
+            f"{c['allocated'] / 1e9:.3f} | {c['reserved'] / 1e9:.3f} | "
+            f"{c['reserved ours'] / 1e9:.3f} | {fmt_pct(err(c['reserved ours'], c['reserved']))}"
+            f" | {device} | {c['device ours'] / 1e9:.3f} | {fmt_pct(device_err)} |"
         )
-    errs = [
-        abs(e)
-        for r in measured
-        if (e := err(r["cuda"]["reserved ours"], r["cuda"]["reserved"])) is not None
+    pairs = [
+        {"ours": r["cuda"]["reserved ours"], "measured": r["cuda"]["reserved"]} for r in measured
     ]
+    summary = summarize(pairs, ["ours"])["ours"]
     lines += [
         "",
-        f"Reserved: {len(errs)} steps, median {statistics.median(errs):.2f}%, worst "
-        f"{max(errs):.2f}%.",
+        f"Reserved: {summary['n']} steps, median {summary['median']:.2f}%, worst "
+        f"{summary['worst']:.2f}%.",
     ]
     contexts = {r["cuda"]["context"] for r in measured if r["cuda"]["context"]}
     if contexts:
         ours = measured[0]["cuda"]["context ours"]
         lines.append(
-            f"CUDA context measured {', '.join(gib(c) for c in sorted(contexts))} "
-            f"(NVML after `torch.cuda.init()` and a 1-element tensor); built in: {gib(ours)}."
+            f"CUDA context measured {', '.join(f'{c / 1e9:.3f}' for c in sorted(contexts))} GB "
+            f"(NVML after `torch.cuda.init()` and a 1-element tensor); built in: "
+            f"{ours / 1e9:.3f} GB."
         )
     return lines
-
-
-def gib(value: int) -> str:
-    return f"{value / 2**30:.2f} GiB"
 
 
 def err(pred: int | None, measured: int) -> float | None:

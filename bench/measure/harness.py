@@ -42,6 +42,8 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # bench/: machine.py
+from machine import cpu_name
 from tracker import StorageTracker
 
 from trainmem.core.plan import Plan as TrainmemPlan
@@ -781,17 +783,9 @@ def versions() -> dict[str, Any]:
 
 
 def machine(device: str) -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     m: dict[str, Any] = {
         "platform": platform.platform(),
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
