@@ -394,18 +394,63 @@ def test_a_search_the_quick_figure_finds_empty_is_settled_by_one_simulation():
     for largest in (True, False):
         simulated: list[int] = []
 
-        def never(n: int, exact: bool, simulated: list[int] = simulated) -> bool:
+        def never(n: int, exact: bool, simulated: list[int] = simulated) -> int:
             if exact:
                 simulated.append(n)
-            return False
+            return 2  # over a budget of 1, exactly and quickly
 
-        assert _search(never, 1, 1024, largest) is None
+        assert _search(never, 1, 1, 1024, largest) is None
         assert simulated == [1 if largest else 1024]  # the end that fits best, by monotony
 
-        def from_300(n: int, exact: bool, largest: bool = largest) -> bool:  # quick: none
-            return exact and (n <= 300 if largest else n >= 300)
+        def from_300(n: int, exact: bool, largest: bool = largest) -> int:  # quick: none
+            return 0 if exact and (n <= 300 if largest else n >= 300) else 2
 
-        assert _search(from_300, 1, 1024, largest) == 300
+        assert _search(from_300, 1, 1, 1024, largest) == 300
+
+
+@pytest.mark.parametrize(
+    "exact",
+    [
+        lambda n: 1037 * n + 5_000_000,  # the allocator's share: a fixed part and per token
+        lambda n: n * n // 50 + 1100 * n,  # eager attention's square term
+        lambda n: 1000 * n + (n // 64) * 40_000,  # segments of whole 2 MiB steps
+    ],
+)
+def test_a_search_settles_a_smooth_need_in_a_few_simulations(exact):
+    """The guesses from the quick figure, corrected by the simulated need, land next to the
+    answer: four simulations where bisecting the 131,072 tokens would take about ten."""
+    from trainmem.core.whatif import _largest, _search
+
+    usable = 60_000_000
+    probes: list[int] = []
+
+    def measure(n: int, simulated: bool) -> int:
+        if not simulated:
+            return 1000 * n  # the quick figure: the tensors alone
+        probes.append(n)
+        return int(exact(n))
+
+    answer = _largest(lambda n: exact(n) <= usable, 1, 131_072)
+    assert _search(measure, usable, 1, 131_072, True, first=2048) == answer
+    print(len(set(probes)), probes)
+    assert len(set(probes)) <= 8, probes
+
+
+def test_a_search_agrees_with_the_plans_own_verdict_where_the_need_is_not_monotone():
+    """The allocator's packing is not monotone: here 1-100 and 200-300 fit, 101-199 do not.
+    The answer is always an n that fits beside one that does not, on the plan's side."""
+    from trainmem.core.whatif import _search
+
+    def fits(n: int) -> bool:
+        return n <= 100 or 200 <= n <= 300
+
+    def measure(n: int, exact: bool) -> int:
+        return (0 if fits(n) else 2) if exact else n // 200  # quick: 1-399 fit
+
+    for first in (10, 150, 250, 350):
+        answer = _search(measure, 1, 1, 1000, True, first=first)
+        assert answer is not None and fits(answer) and not fits(answer + 1)
+        assert (answer >= first) == fits(first), (first, answer)
 
 
 def test_a_plan_too_big_before_the_allocator_is_not_simulated(monkeypatch):

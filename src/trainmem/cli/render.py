@@ -73,6 +73,9 @@ def render_report(report: Report, out: Console | None = None) -> None:
         out.print(line)
     if report.first_failure:
         out.print(safe(f"on {report.targets[0].name} the step fails first {report.first_failure}"))
+    for target, on in zip(report.targets, report.on_device, strict=True):
+        if on.retried:
+            out.print(safe(retry_line(target.name, on.bytes, on.unlimited)))
     host = report.host_fit
     if host is None and (plan.world > 1 or est.host_offloaded_bytes):
         out.print(
@@ -123,6 +126,16 @@ def device_peak_line(est: Estimate) -> str:
         f"{fmt_bytes(peak.allocated)} (cuBLAS workspaces {fmt_bytes(peak.workspaces)}), free in "
         f"its segments {fmt_bytes(peak.fragmentation)}"
         + (f", PYTORCH_CUDA_ALLOC_CONF={est.plan.alloc_conf}" if est.plan.alloc_conf else "")
+    )
+
+
+def retry_line(device: str, within: int, unlimited: int) -> str:
+    """A plan too big on its device peak that the allocator's retry would still run."""
+    return (
+        f"on {device} the simulated allocator, short of new memory, frees its cached segments "
+        f"and retries (as PyTorch does before an out-of-memory error), then runs the step "
+        f"within {fmt_bytes(within)}: a borderline plan, judged on its device peak with "
+        f"memory to spare ({fmt_bytes(unlimited)})"
     )
 
 

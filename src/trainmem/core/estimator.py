@@ -517,21 +517,45 @@ def _simulated_reserve(peak: DevicePeak, allocated: int, figures: RuntimeFigures
     return max(0, round(peak.reserved * figures.reserve_correction) - allocated)
 
 
-def first_failure(est: Estimate, usable_bytes: int) -> tuple[str, Oom] | None:
-    """Where a GPU plan runs out of ``usable_bytes``: the moment and the first allocation
-    the simulated allocator cannot serve once the CUDA context has its share (what PyTorch's
-    OutOfMemoryError reports), or None when the step fits."""
-    if est.device_peak is None or est.device_bytes <= usable_bytes:
-        return None
+@dataclass(frozen=True)
+class OnDevice:
+    """The step on one device of ``usable`` bytes. Where the allocator, with memory to spare,
+    would reserve more than the GPU has, the step is simulated again within it, as PyTorch
+    runs it (CUDACachingAllocator.cpp malloc): when cudaMalloc fails the allocator frees its
+    wholly free cached segments and retries, and only then raises OutOfMemoryError."""
+
+    bytes: int  # the device peak there (the one with memory to spare, unless retried)
+    retried: bool = False  # over the device on that peak, but run within it by the retry
+    failure: tuple[str, Oom] | None = None  # the moment and first allocation that fails
+    unlimited: int = 0  # the device peak with memory to spare (Estimate.device_bytes_on)
+
+
+def device_peak_on(
+    est: Estimate, usable_bytes: int, kind: TargetKind, figures: RuntimeFigures | None = None
+) -> OnDevice:
+    """``est`` on a device of ``kind`` with ``usable_bytes`` and runtime ``figures``: where
+    its device peak is over them, the simulation run again within the GPU's memory (the
+    context's share left out); a calibration's reserve correction (measured over simulated
+    bytes) shrinks that capacity in the same proportion.
+
+    Verdicts stay on the peak with memory to spare: a run the retry saves is borderline
+    (its sequence is synthetic: which cached segments are wholly free is the least certain
+    part), and the reports say so beside the verdict."""
+    figures = figures or est.runtime_figures
+    unlimited = est.device_bytes_on(kind, figures)
+    correction = figures.reserve_correction if figures.calibrated else 1.0
+    if kind != "gpu" or est.device_peak is None or unlimited <= usable_bytes or not correction:
+        return OnDevice(unlimited, unlimited=unlimited)
     from trainmem.core.device_peak import device_peak
 
-    plan, spec = est.plan, est.model
-    capacity = max(0, usable_bytes - est.component("CUDA context"))
-    step = step_sizes(plan, spec)
-    run = device_peak(
-        plan, spec, step, est.allocated_bytes, est.runtime_figures.gpu_family, capacity=capacity
-    )
-    return (run.moment, run.oom) if run.oom is not None else None
+    plan, spec, allocated = est.plan, est.model, est.allocated_bytes
+    capacity = int(max(0, usable_bytes - figures.context_bytes) / correction)
+    step = step_sizes(plan, spec, lay=est.layout)
+    run = device_peak(plan, spec, step, allocated, figures.gpu_family, capacity=capacity)
+    if run.oom is not None:
+        return OnDevice(unlimited, failure=(run.moment, run.oom), unlimited=unlimited)
+    reserve = max(0, round(run.reserved * correction) - allocated)
+    return OnDevice(allocated + figures.context_bytes + reserve, True, unlimited=unlimited)
 
 
 def _notes(

@@ -52,48 +52,116 @@ def need(plan: Plan, spec: ModelSpec, budget: Budget, exact: bool = True) -> int
 
 
 def _fits(plan: Plan, spec: ModelSpec, budget: Budget, exact: bool = True) -> bool:
-    # A plan too big before the allocator adds anything needs no simulation to say so.
-    if exact and _surely_too_big(plan, spec, budget):
-        return False
-    return need(plan, spec, budget, exact) <= budget.usable_bytes
+    return _measure(plan, spec, budget, exact) <= budget.usable_bytes
+
+
+def _measure(plan: Plan, spec: ModelSpec, budget: Budget, exact: bool = True) -> int:
+    """``need``, but a plan too big before the allocator adds anything is not simulated:
+    its lower bound, already over the budget, stands in."""
+    if exact:
+        low = _lower_bound(plan, spec, budget)
+        if low > budget.usable_bytes:
+            return low
+    return need(plan, spec, budget, exact)
+
+
+def _lower_bound(plan: Plan, spec: ModelSpec, budget: Budget) -> int:
+    """The need whatever the allocator reserves, without simulating it: the tensors' peak
+    and the context (the reserve is never negative)."""
+    est = estimate(plan, spec, runtime=budget.kind, figures=budget.figures, simulate=False)
+    low = est.allocated_bytes + est.component("CUDA context")
+    return max(low, est.rule_of_thumb_bytes) if plan.rule_of_thumb else low
 
 
 def _surely_too_big(plan: Plan, spec: ModelSpec, budget: Budget) -> bool:
-    """Too big whatever the allocator reserves, decided without simulating it: the tensors'
-    peak and the context alone exceed the budget (the reserve is never negative)."""
-    est = estimate(plan, spec, runtime=budget.kind, figures=budget.figures, simulate=False)
-    low = est.allocated_bytes + est.component("CUDA context")
-    if plan.rule_of_thumb:
-        low = max(low, est.rule_of_thumb_bytes)
-    return low > budget.usable_bytes
+    return _lower_bound(plan, spec, budget) > budget.usable_bytes
 
 
-def _search(fits: Callable[[int, bool], bool], low: int, high: int, largest: bool) -> int | None:
-    """The largest (or smallest) n in [low, high] that fits exactly. Bisected first on the
-    quick figure, then settled on the simulated one: galloping from the quick answer (the
-    two differ by the allocator's few percent) and bisecting the last step, so a search
-    costs about ten simulations, not one per probe."""
-    quick = (_largest if largest else _smallest)(lambda n: fits(n, False), low, high)
-    seen: dict[int, bool] = {}
+def _search(
+    measure: Callable[[int, bool], int],
+    usable: int,
+    low: int,
+    high: int,
+    largest: bool,
+    first: int | None = None,
+) -> int | None:
+    """The largest (or smallest) n in [low, high] whose exact need, ``measure(n, True)``,
+    fits ``usable``: an n that fits beside one that does not. Guessed on the quick figure,
+    ``measure(n, False)``, plus the difference of the exact need from it (the allocator's
+    few percent, smooth in n: a secant through the last two n simulated), so the guesses
+    close in on the answer in a few simulations; where two guesses fail to halve the
+    bracket, one bisection step.
 
-    def exact(n: int) -> bool:
-        if n not in seen:
-            seen[n] = fits(n, True)
-        return seen[n]
+    The need grows with n (shrinks, for a smallest) but for the allocator's packing, which
+    is not monotone (tests/core/test_step_events.py): a few sizes can fit beyond one that
+    does not. ``first``, the plan's own n, is tried first, so the answer always agrees with
+    the plan's verdict (its simulation is the report's, already made)."""
+    if not largest:  # the smallest n is the largest -n
+        found = _search(
+            lambda n, exact: measure(-n, exact),
+            usable,
+            -high,
+            -low,
+            True,
+            None if first is None else -first,
+        )
+        return None if found is None else -found
+    exact: dict[int, int] = {}
+    off: dict[int, int] = {}  # exact less quick need, where simulated
+    probed: list[int] = []  # the n simulated, in order
+    yes: int | None = None  # the largest n known to fit
+    no: int | None = None  # the smallest n known not to
 
-    # None on the quick figure: most likely none fits, which one simulation at the end that
-    # fits best (low for a largest, high for a smallest) settles, by monotony.
-    start = quick if quick is not None else (low if largest else high)
-    # towards the answer: a largest that fits (or a smallest that does not) lies above
-    step, way = max(1, start // 64), 1 if exact(start) == largest else -1
-    edge, bound = start, (high if way > 0 else low)
-    while edge != bound:
-        nxt = max(low, min(high, edge + way * step))
-        if exact(nxt) != exact(edge):
-            lo, hi = sorted((edge, nxt))
-            return (_largest if largest else _smallest)(exact, lo, hi)
-        edge, step = nxt, step * 2
-    return edge if exact(edge) else None
+    def fits(n: int) -> bool:
+        nonlocal yes, no
+        if n not in exact:
+            exact[n] = measure(n, True)
+        if exact[n] <= usable:
+            yes = n if yes is None else max(yes, n)
+            return True
+        no = n if no is None else min(no, n)
+        return False
+
+    def settled() -> bool:
+        return yes == high or no == low or (yes is not None and no == yes + 1)
+
+    def guessed(m: int) -> float:
+        """The quick need at m plus the allocator's share, on the line through the last two
+        n simulated (a secant: the share changes slowly with n, so near the answer that
+        line is close; constant after one)."""
+        *_, a, b = [probed[0], *probed]
+        share = off[b] if a == b else off[b] + (off[b] - off[a]) * (m - b) / (b - a)
+        return measure(m, False) + share
+
+    # None on the quick figure: most likely none fits, which one simulation at low settles.
+    quick = _largest(lambda m: measure(m, False) <= usable, low, high)
+    n = low if quick is None else quick
+    if first is not None and low <= first <= high:
+        n = first
+    run, last = 0, None  # how many probes in a row fell on the same side
+    widths: list[int] = []  # the bracket's width after each probe, once both sides are known
+    while True:
+        side = fits(n)
+        off[n] = exact[n] - measure(n, False)
+        probed.append(n)
+        if settled():
+            return yes
+        run, last = (run + 1 if side == last else 1), side
+        above = low if yes is None else yes + 1
+        below = high if no is None else no - 1
+        if yes is not None and no is not None:
+            widths.append(no - yes)
+        if len(widths) >= 3 and 2 * widths[-1] > widths[-3]:
+            n = (above + below) // 2  # two guesses did not halve the bracket: bisect once
+            widths.clear()
+            continue
+        guess = _largest(lambda m: guessed(m) <= usable, above, below)
+        # guesses that keep falling on one side of the answer are pushed across it, twice as
+        # far each time: a gallop where one side is not known yet, and the cure for regula
+        # falsi's one-sided convergence where it is
+        push = 0 if run < 2 else 2 ** (run - 2)
+        n = above if guess is None else guess + (push if side else -push)
+        n = max(above, min(below, n))
 
 
 def seq_len_limit(spec: ModelSpec) -> int:
@@ -104,20 +172,24 @@ def seq_len_limit(spec: ModelSpec) -> int:
 def max_seq_len(plan: Plan, spec: ModelSpec, budget: Budget) -> int | None:
     """The longest sequence (up to the model's context) that fits."""
     return _search(
-        lambda s, exact: _fits(replace(plan, seq_len=s), spec, budget, exact),
+        lambda s, exact: _measure(replace(plan, seq_len=s), spec, budget, exact),
+        budget.usable_bytes,
         1,
         seq_len_limit(spec),
         largest=True,
+        first=plan.seq_len,
     )
 
 
 def max_batch(plan: Plan, spec: ModelSpec, budget: Budget) -> int | None:
     """The largest micro-batch (up to ``BATCH_LIMIT``) that fits."""
     return _search(
-        lambda b, exact: _fits(replace(plan, batch=b), spec, budget, exact),
+        lambda b, exact: _measure(replace(plan, batch=b), spec, budget, exact),
+        budget.usable_bytes,
         1,
         BATCH_LIMIT,
         largest=True,
+        first=plan.batch,
     )
 
 
@@ -199,10 +271,11 @@ def _fewest(
     for name, changes in SHARDINGS.items():
         sharded = replace(plan, **changes)  # type: ignore[arg-type]
 
-        def fits(n: int, exact: bool, p: Plan = sharded) -> bool:
-            return _fits(replace(p, **{field: n}), spec, budget, exact)  # type: ignore[arg-type]
+        def measure(n: int, exact: bool, p: Plan = sharded) -> int:
+            changed = replace(p, **{field: n})  # type: ignore[arg-type]
+            return _measure(changed, spec, budget, exact)
 
-        out[name] = _search(fits, 1, limit, largest=False)
+        out[name] = _search(measure, budget.usable_bytes, 1, limit, largest=False)
     return out
 
 
@@ -229,7 +302,8 @@ def _sharding_options(
         options.append(("offload parameters to host RAM", {"offload": "params"}, host))
     if lay.strategy in ("fsdp", "zero"):
         more = _search(
-            lambda n, exact: _fits(replace(plan, gpus=n), spec, budget, exact),
+            lambda n, exact: _measure(replace(plan, gpus=n), spec, budget, exact),
+            budget.usable_bytes,
             1,
             1024,
             largest=False,

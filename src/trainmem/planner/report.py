@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.calibration import Calibration
-from trainmem.core.estimator import Estimate, estimate, first_failure
+from trainmem.core.estimator import Estimate, OnDevice, device_peak_on, estimate
 from trainmem.core.fit import Budget, FitResult, judge_fit
 from trainmem.core.plan import Plan
 from trainmem.core.target import DeviceTarget
@@ -160,6 +160,9 @@ class Report:
     # ("at backward (last layer), step 2: tried to allocate ..."), as PyTorch would say it.
     first_failure: str | None = None
     simulated: bool = True  # False: the quick device peak, the allocator not yet simulated
+    # Per target: the step run within its memory (trainmem.core.estimator.device_peak_on):
+    # where it fails, or that it would fit only by the allocator freeing its cache mid-step.
+    on_device: tuple[OnDevice, ...] = ()
 
     @property
     def deciding_fit(self) -> tuple[FitResult, ...]:
@@ -240,11 +243,17 @@ class Report:
                         "required_bytes": p.required_bytes,
                         "verdict": p.verdict,
                         "headroom_bytes": p.headroom_bytes,
+                        "allocator_retries": o.retried,
                     },
                     "runtime_figures": b.figures.source if t.kind == "gpu" else None,
                 }
-                for f, p, t, b in zip(
-                    self.fit, self.peak_fit, self.targets, self.budgets, strict=True
+                for f, p, t, b, o in zip(
+                    self.fit,
+                    self.peak_fit,
+                    self.targets,
+                    self.budgets,
+                    self.on_device or [OnDevice(p.required_bytes) for p in self.peak_fit],
+                    strict=True,
                 )
             ],
             "fits_everywhere": self.fits_everywhere,
@@ -349,11 +358,12 @@ def build_report(
         if plan.rule_of_thumb
         else fits
     )
+    on = tuple(device_peak_on(est, b.usable_bytes, b.kind, b.figures) for b in budgets)
     ram = node_ram_bytes
     if ram is None and ram_targets:
         ram = ram_targets[0].usable_bytes
     host = None if ram is None else judge_fit(est.host_bytes_per_node, "node RAM", ram)
-    failed = first_failure(est, first.usable_bytes) if targets and not peaks[0].fits else None
+    failed = on[0].failure if on else None
     failure = f"at {failed[0]}: {failed[1].summary()}" if failed else None
     if not solve or not targets:
         return Report(
@@ -365,6 +375,7 @@ def build_report(
             budgets=budgets,
             first_failure=failure,
             simulated=simulate or first.kind != "gpu",
+            on_device=on,
         )
     from trainmem.core import whatif  # the searches: only when solving, not per keystroke
 
@@ -395,4 +406,6 @@ def build_report(
         batch_limit=whatif.BATCH_LIMIT,
     )
     advice = tuple(search(whatif.advice, plan, spec, first, models))
-    return Report(est, tuple(targets), fits, advice, answers, host, peaks, budgets, failure)
+    return Report(
+        est, tuple(targets), fits, advice, answers, host, peaks, budgets, failure, on_device=on
+    )

@@ -143,9 +143,10 @@ def peaks_text(est: Estimate) -> Text:
     return out
 
 
-def fit_line(fit: FitResult, basis: str = "") -> Text:
+def fit_line(fit: FitResult, basis: str = "", retried: bool = False) -> Text:
     """The verdict on one device; ``basis``: why its usable figure is what it is (an MLX
-    plan on a Mac: macOS's GPU working set), where the target says."""
+    plan on a Mac: macOS's GPU working set), where the target says; ``retried``: it fits
+    only by the allocator freeing its cache mid-step."""
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append_text(verdict_text(fit.verdict))
     out.append(" " * max(1, 10 - len(fit.verdict)))
@@ -158,6 +159,8 @@ def fit_line(fit: FitResult, basis: str = "") -> Text:
     out.append(f"({fmt_bytes(fit.usable_bytes)} usable)", style="dim")
     if basis:
         out.append(f" {basis}", style="dim")
+    if retried:
+        out.append("  (fits only if the allocator's cache retry saves it)", style="dim")
     return out
 
 
@@ -186,12 +189,14 @@ CPU_ONLY_PROMPT = (
 def fit_text(report: Report) -> Text:
     if not report.fit:
         return Text("Waiting for devices…", style="dim")
-    lines = [fit_line(f, t.basis) for f, t in zip(report.fit, report.targets, strict=True)]
+    retried = [o.retried for o in report.on_device] or [False] * len(report.fit)
+    lines = [
+        fit_line(f, t.basis, r) for f, t, r in zip(report.fit, report.targets, retried, strict=True)
+    ]
     if report.estimate.plan.rule_of_thumb:  # the rule alone could pass a peak that does not fit
-        lines = [
-            line + Text(f"  {on}", style="dim")
-            for fits, on in ((report.fit, "rule of thumb"), (report.peak_fit, "device peak"))
-            for line in map(fit_line, fits)
+        lines = [fit_line(f) + Text("  rule of thumb", style="dim") for f in report.fit] + [
+            fit_line(f, retried=r) + Text("  device peak", style="dim")
+            for f, r in zip(report.peak_fit, retried, strict=True)
         ]
     if report.cpu_only:
         # The guide's third mistake: a PC's RAM is not the GPU the run will use.
