@@ -55,6 +55,8 @@ def test_dotted_names_and_tables_alike():
         "app.save = ",  # not TOML
         b"\xff\xfe = 1",  # not UTF-8
         "x" * (70 * 1024),  # not a keymap
+        "a = " + "[" * 2000 + "]" * 2000,  # nested past tomllib's recursion
+        "a = " + "1" * 5000,  # an integer past Python's 4,300 digits
     ],
 )
 def test_a_broken_file_is_one_warning_and_no_keymap(text: str | bytes):

@@ -40,6 +40,7 @@ def test_round_trip_and_atomic_write(tmp_path: Path) -> None:
         ("version = 1\n", "no [[plans]]"),
         ("[[plans]]\nname = 'x'\nbatch = 0\n", "plan 1 (x): batch"),
         ("[[plans]]\nname = 'x'\ncolour = 'red'\n", "plan 1 (x): colour: unknown plan field"),
+        ("a = " + "[" * 2000 + "]" * 2000, "nested too deeply"),  # tomllib recurses
     ],
 )
 def test_broken_file_is_reported_and_left_alone(tmp_path: Path, text: str, needle: str) -> None:

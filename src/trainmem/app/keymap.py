@@ -65,6 +65,8 @@ def read_keymap(path: Path | None = None) -> tuple[Keymap, str | None]:
         table = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         return {}, f"{path}: not a TOML file ({visible(str(exc))}); the default keys are used"
+    except (ValueError, RecursionError):  # an integer too long, or nested too deeply
+        return {}, f"{path}: not a TOML file we can read; the default keys are used"
     known = binding_ids()
     keymap: Keymap = {}
     bad: list[str] = []

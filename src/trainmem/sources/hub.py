@@ -100,7 +100,7 @@ def _fetch(hf_id: str, revision: str | None, staging: Path) -> tuple[bytes, dict
         config = Path(path).read_bytes()
         try:
             json.loads(config)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (ValueError, RecursionError):  # not JSON (UTF-8 errors too), or nested too deep
             raise DownloadError(f"{hf_id}/config.json is not JSON") from None
         try:
             repo = HfApi(endpoint=hf.endpoint()).get_safetensors_metadata(hf_id, revision=revision)

@@ -92,6 +92,8 @@ def from_toml(text: str, path: Path, progress: Progress | None = None) -> PlanSe
         raise PlansFileError(path, f"not valid TOML: {exc}") from None
     except ValueError:  # tomllib's int() of over 4,300 digits (sys.int_info), not a decode error
         raise PlansFileError(path, "not valid TOML: an integer too long to read") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise PlansFileError(path, "not valid TOML: nested too deeply") from None
     version = doc.get("version", FORMAT_VERSION)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise PlansFileError(path, f"format version {shown(version)} is not a format version")

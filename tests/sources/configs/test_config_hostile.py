@@ -174,3 +174,29 @@ def test_a_document_of_that_many_values_is_not_called_an_alias_bomb(tmp_path):
     keys = "\n".join(f"k{i}: 1" for i in range(MAX_EXPANDED // 2 + 1))  # keys and values
     message = error(tmp_path, "many.yml", f"base_model: x/y\n{keys}\n")
     assert f"holds over {MAX_EXPANDED:,} values" in message and "alias" not in message
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "key"),
+    [
+        ("self.yml", "base_model: x/y\ndeepspeed: ./self.yml\n", "deepspeed"),  # axolotl
+        ("lf.yml", "model_name_or_path: x/y\nfinetuning_type: lora\ndeepspeed: lf.yml\n", ""),
+        ("ta.json", '{"per_device_train_batch_size": 2, "deepspeed": "ta.json"}', ""),
+        (
+            "acc.yml",
+            "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: acc.yml\n",
+            "",
+        ),
+    ],
+)
+def test_a_config_that_names_itself_is_one_line_not_a_recursion(tmp_path, name, text, key):
+    message = error(tmp_path, name, text)
+    assert "already being read" in message and key in message
+
+
+def test_two_configs_that_name_each_other_are_one_line(tmp_path):
+    write(tmp_path, "b.yml", "base_model: x/y\ndeepspeed: a.yml\n")
+    message = error(tmp_path, "a.yml", "base_model: x/y\ndeepspeed: b.yml\n")
+    assert "a.yml is already being read" in message
+    write(tmp_path, "c.yml", "per_device_train_batch_size: 2\ndeepspeed: c.yml\n")
+    assert "already being read" in command_error(f"trl sft --config {tmp_path / 'c.yml'}")

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -70,23 +72,52 @@ def read_doc_plan(doc: Doc) -> ConfigPlan:
     return _readers()[detect(doc)][1](doc)
 
 
+# The files being read, outermost first: a config naming one of them again is a loop.
+_OPEN: ContextVar[tuple[Path, ...]] = ContextVar("open_configs", default=())
+MAX_DEPTH = 8  # configs naming configs: no framework's own layout goes past three
+
+
+@contextmanager
+def _reading(path: Path, named_by: str | None) -> Iterator[None]:
+    chain = _OPEN.get()
+    try:
+        key = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: read_doc says what it is
+        key = path
+    where = f"{named_by}: " if named_by else ""
+    if key in chain:
+        raise PlanError(
+            FIELD,
+            f"{where}{files.show(path)} is already being read: configs that name each other loop",
+        )
+    if len(chain) >= MAX_DEPTH:
+        raise PlanError(FIELD, f"{where}configs name configs more than {MAX_DEPTH} deep")
+    token = _OPEN.set((*chain, key))
+    try:
+        yield
+    finally:
+        _OPEN.reset(token)
+
+
 def read_file(path: Path) -> ConfigPlan:
-    if unsloth_script.is_script(path):  # Python: read with ast, never run
-        return unsloth_script.read_file(path, read_named)
-    if shell_script.is_script(path):  # its training command, never run
-        return shell_script.read_file(path, read_command)
-    return read_doc_plan(read_doc(path))
+    with _reading(path, None):
+        if unsloth_script.is_script(path):  # Python: read with ast, never run
+            return unsloth_script.read_file(path, read_named)
+        if shell_script.is_script(path):  # its training command, never run
+            return shell_script.read_file(path, read_command)
+        return read_doc_plan(read_doc(path))
 
 
 def read_named(path: Path, named_by: str) -> ConfigPlan:
     """A DeepSpeed or accelerate file that a config names by path."""
-    try:
-        doc = read_doc(path)
-    except PlanError as exc:
-        if files.kind(path) is None:
-            raise PlanError(FIELD, f"{named_by}: no such file: {files.show(path)}") from None
-        raise exc from None
-    return read_doc_plan(doc)
+    with _reading(path, named_by):
+        try:
+            doc = read_doc(path)
+        except PlanError as exc:
+            if files.kind(path) is None:
+                raise PlanError(FIELD, f"{named_by}: no such file: {files.show(path)}") from None
+            raise exc from None
+        return read_doc_plan(doc)
 
 
 def read_command(text: str, cwd: Path | None = None, name: str = command_line.NAME) -> ConfigPlan:

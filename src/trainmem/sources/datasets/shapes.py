@@ -89,7 +89,7 @@ def _turns(value: Any, what: str) -> tuple[Message, ...]:
     if isinstance(value, str) and value.lstrip().startswith("["):  # a JSON column (CSV)
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise _Bad(f"{what} is text that is not a JSON list") from None
     if not isinstance(value, list) or not value:
         raise _Bad(f"{what} is not a list of turns")
