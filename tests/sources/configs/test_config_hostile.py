@@ -200,3 +200,12 @@ def test_two_configs_that_name_each_other_are_one_line(tmp_path):
     assert "a.yml is already being read" in message
     write(tmp_path, "c.yml", "per_device_train_batch_size: 2\ndeepspeed: c.yml\n")
     assert "already being read" in command_error(f"trl sft --config {tmp_path / 'c.yml'}")
+
+
+@pytest.mark.parametrize("device", ["nonee", "gpu", "true", "5"])
+def test_accelerate_refuses_an_offload_device_deepspeed_would_refuse(tmp_path, device):
+    text = (
+        "distributed_type: DEEPSPEED\nnum_processes: 8\ndeepspeed_config:\n  zero_stage: 3\n"
+        f"  offload_optimizer_device: {device}\n"
+    )
+    assert "is not none, cpu or nvme" in error(tmp_path, "acc.yml", text)

@@ -7,6 +7,7 @@ fields."""
 from __future__ import annotations
 
 from trainmem.core.units import shown
+from trainmem.sources.configs import deepspeed
 from trainmem.sources.configs.common import ConfigPlan, Doc, ReadFile, Reading
 
 FRAMEWORK = "accelerate 1.15.0"
@@ -124,11 +125,9 @@ def _deepspeed(r: Reading, read_file: ReadFile) -> None:
         raise doc.error(f"{prefix}.zero_stage", f"{stage} is not a ZeRO stage (0-3)")
     else:
         r.set("zero", stage, f"{prefix}.zero_stage")
-    param = (doc.text(f"{prefix}.offload_param_device") or "none").lower()
-    optimizer = (doc.text(f"{prefix}.offload_optimizer_device") or "none").lower()
-    if param != "none":
-        r.set("offload", "params", f"{prefix}.offload_param_device")
-    elif optimizer != "none":
-        r.set("offload", "optimizer", f"{prefix}.offload_optimizer_device")
-    else:
-        r.default("offload", "none", "accelerate/utils/dataclasses.py:1240-1244")
+    deepspeed.read_offload(
+        r,
+        f"{prefix}.offload_optimizer_device",
+        f"{prefix}.offload_param_device",
+        "accelerate/utils/dataclasses.py:1240-1244",
+    )

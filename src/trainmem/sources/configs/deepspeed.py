@@ -110,21 +110,29 @@ def _precision(r: Reading) -> None:
 
 
 def _offload(r: Reading) -> None:
+    read_offload(
+        r,
+        f"{ZERO}.offload_optimizer.device",
+        f"{ZERO}.offload_param.device",
+        "deepspeed/runtime/zero/offload_config.py:24, :58",
+    )
+
+
+def read_offload(r: Reading, optimizer_key: str, param_key: str, default_source: str) -> None:
+    """ZeRO's offload from its two device keys (DeepSpeed's OffloadDeviceEnum: none, cpu,
+    nvme; anything else is refused, as DeepSpeed refuses it), parameters over the optimizer."""
     doc = r.doc
-    where: dict[str, tuple[str, bool]] = {}
-    for part in ("offload_optimizer", "offload_param"):
-        key = f"{ZERO}.{part}.device"
+    where: dict[str, bool] = {}
+    for key in (optimizer_key, param_key):
         device = (doc.text(key) or "none").lower() if doc.lookup(key) != "auto" else "none"
         if device not in _DEVICES:
             raise doc.error(key, f"{shown(device)} is not none, cpu or nvme")
         if device == "nvme":
             r.unmodelled_key(key, "NVMe offload: planned as CPU offload")
-        where[part] = (key, device != "none")
-    param_key, params = where["offload_param"]
-    opt_key, optimizer = where["offload_optimizer"]
-    if params:
+        where[key] = device != "none"
+    if where[param_key]:
         r.set("offload", "params", param_key)
-    elif optimizer:
-        r.set("offload", "optimizer", opt_key)
+    elif where[optimizer_key]:
+        r.set("offload", "optimizer", optimizer_key)
     else:
-        r.default("offload", "none", "deepspeed/runtime/zero/offload_config.py:24, :58")
+        r.default("offload", "none", default_source)
