@@ -148,3 +148,15 @@ def test_a_machine_without_gpu_is_not_silently_the_target(capsys, monkeypatch):
     assert main(["plan", "--model", "1B"]) == 0
     out = capsys.readouterr().out
     assert "no GPU found" in out and "if trained on this CPU" in out
+
+
+def test_an_error_quoting_a_config_shows_its_control_characters_not_obeys_them(tmp_path, capsys):
+    # a line break and an OSC title change inside a key, as a stranger's config may hold
+    config = tmp_path / "axolotl.yml"
+    config.write_text(
+        'base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_target_modules: ["q_proj\\n2nd\\u001b]0;x\\u0007"]\n'
+    )
+    assert main(["plan", "--from", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "\x07" not in err
+    assert "\\x0a" in err and "\\x1b" in err

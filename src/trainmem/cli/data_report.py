@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from trainmem.core.text import visible
 from trainmem.core.units import fmt_bytes, shown
 from trainmem.planner import KEEP_SHARE
 
@@ -122,4 +123,5 @@ def render_lengths(r: LengthReport) -> str:
             f"({fmt_bytes(k.judged_bytes)}){fits}"
         )
     lines += [f"warning: {w}" for w in r.warnings]
-    return "\n".join(lines)
+    # file names, notes and warnings may quote the data: shown, never obeyed by the terminal
+    return "\n".join(visible(line) for line in lines)

@@ -47,6 +47,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import IO, Any
 
+from trainmem.cli.parser import say
 from trainmem.cli.plan_args import GROUP, add_plan_arguments, plan_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
 from trainmem.core.text import visible
@@ -255,10 +256,10 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             return 0
     except UsageError as err:
-        sys.stderr.write(f"{PROG}: error: {err}\n")
+        say(PROG, "error", err)
         return 2
     except WriteError as err:
-        sys.stderr.write(f"{PROG}: error: {err}\n")
+        say(PROG, "error", err)
         return 1
     except BrokenPipeError:  # `devices --watch | head`
         sys.stderr.close()
@@ -434,7 +435,7 @@ def _plan_peak(args: argparse.Namespace) -> Any:
     ns = argparse.Namespace(**{**_PLAN_DEFAULTS, **vars(args)})
     calibrations, warning = machine_calibrations()
     if warning:
-        sys.stderr.write(f"{PROG}: warning: {warning}\n")
+        say(PROG, "warning", warning)
     try:
         plan = plan_from_args(ns)
         report = build_report(

@@ -9,6 +9,7 @@ from typing import Any
 
 from trainmem.cli import plan_trace
 from trainmem.cli.data_report import add_data_arguments, data_report, lengths_json, render_lengths
+from trainmem.cli.parser import say
 from trainmem.cli.plan_args import Planned, add_plan_arguments, planned_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
 
@@ -52,7 +53,7 @@ def run(ns: argparse.Namespace) -> int:
         lengths = data_report(ns, report)
         traced = plan_trace.traced(report) if ns.trace else None
     except (PlanError, ValueError) as exc:
-        sys.stderr.write(f"trainmem-tui plan: error: {exc}\n")
+        say("trainmem-tui plan", "error", exc)
         return 2
     status = 0
     if ns.check:
@@ -97,7 +98,7 @@ def _calibrations(ns: argparse.Namespace) -> dict[str, Any]:
 
     calibrations, warning = machine_calibrations()
     if warning:
-        sys.stderr.write(f"trainmem-tui plan: warning: {warning}\n")
+        say("trainmem-tui plan", "warning", warning)
     return calibrations
 
 
