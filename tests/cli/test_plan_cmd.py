@@ -154,7 +154,8 @@ def test_an_error_quoting_a_config_shows_its_control_characters_not_obeys_them(t
     # a line break and an OSC title change inside a key, as a stranger's config may hold
     config = tmp_path / "axolotl.yml"
     config.write_text(
-        'base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_target_modules: ["q_proj\\n2nd\\u001b]0;x\\u0007"]\n'
+        "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\n"
+        'lora_target_modules: ["q_proj\\n2nd\\u001b]0;x\\u0007"]\n'
     )
     assert main(["plan", "--from", str(config)]) == 2
     err = capsys.readouterr().err

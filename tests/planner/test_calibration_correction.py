@@ -77,3 +77,20 @@ def test_the_correction_is_stored_and_checked_when_read(tmp_path: Path):
         path.write_text(json.dumps(doc))
         found, warning = load_calibrations_or_warn(path)
         assert H100 not in found and warning is not None and "reserve_correction" in warning
+
+
+@pytest.mark.parametrize(
+    ("step", "why"),
+    [
+        ({"allocated": 200 * MiB, "reserved": 100 * MiB}, "reserved is below its peak allocated"),
+        ({"context": -50 * MiB}, "less in use than PyTorch reserved"),
+    ],
+)
+def test_readings_no_cuda_run_gives_are_refused_not_clamped(tmp_path: Path, step, why):
+    """Clamped, they were stored as a 0 MiB context or a 0% reserve that later plans used."""
+    from trainmem.planner.calibration import CalibrationError
+
+    steps = [step_record(n, **step) for n in (1, 2)]
+    log = read_run_log(write_log(tmp_path / "r.jsonl", run_record(**PLAN), steps))
+    with pytest.raises(CalibrationError, match=why):
+        measure(log)

@@ -72,8 +72,20 @@ def measure(log: RunLog) -> tuple[Calibration, str]:
         raise CalibrationError(f"{where} holds no step with CUDA memory figures yet")
     allocated = max(a for a, _ in peaks)
     reserved = max(r for _, r in peaks)
-    context = max(0, max(contexts))
-    fraction = max(0.0, reserved / allocated - 1)  # figures of at most 2^64 (run_logs)
+    # Readings no CUDA run can give are refused, not clamped into a calibration: every block
+    # allocated is reserved, and the device shows the reserve plus the context.
+    if reserved < allocated:
+        raise CalibrationError(
+            f"{where}: its peak reserved is below its peak allocated, which PyTorch's "
+            "allocator cannot report; nothing stored"
+        )
+    if max(contexts) < 0:
+        raise CalibrationError(
+            f"{where}: the device shows less in use than PyTorch reserved ({via}), so its "
+            "context cannot be read; nothing stored"
+        )
+    context = max(contexts)
+    fraction = reserved / allocated - 1  # figures of at most 2^64 (run_logs)
     why = implausible(log.gpu_name, context, fraction, log.total_bytes, reserved)
     if why is not None:
         raise CalibrationError(f"{where}: {why}; nothing stored")
