@@ -210,11 +210,25 @@ def test_missing_file_and_bad_options_are_one_line(tmp_path, capsys):
 def test_shared_references_cannot_make_the_walk_unbounded(tmp_path, monkeypatch):
     import trainmem.sources.snapshots as snapshots
 
-    monkeypatch.setattr(snapshots, "MAX_ITEMS", 1000)
     trace = [entry("alloc", 512 * i, 512) for i in range(100)]
     data = {"segments": [], "device_traces": [trace] * 20}  # 20 x 100 shared entries
-    with pytest.raises(SnapshotError, match="more than 1,000 entries"):
+    with pytest.raises(SnapshotError, match=r"device_traces\[1\] is an object it already holds"):
         load_snapshot(write(tmp_path, data))
+    monkeypatch.setattr(snapshots, "MAX_ITEMS", 1000)
+    traces = [[entry("alloc", 512 * i, 512) for i in range(100)] for _ in range(20)]
+    distinct = {"segments": [], "device_traces": traces}
+    with pytest.raises(SnapshotError, match="more than 1,000 entries"):
+        load_snapshot(write(tmp_path, distinct))
+
+
+def test_a_small_file_cannot_hold_millions_of_entries(tmp_path):
+    """84 KiB of pickle referring to one entry 30,000 times per trace: refused at once (it
+    took 32 s and 1.2 GB before), with the budget the file's size allows."""
+    one = entry("alloc", 512, 512)
+    data = {"segments": [], "device_traces": [[one] * 30_000]}
+    path = write(tmp_path, data)
+    with pytest.raises(SnapshotError, match=r"for its size|already holds"):
+        load_snapshot(path)
 
 
 def test_the_loader_turns_the_trace_into_events(tmp_path):

@@ -30,6 +30,7 @@ from trainmem.sources.files import read_bytes, show
 
 MAX_SNAPSHOT_BYTES = 1024 * 1024 * 1024  # a 1 GiB pickle: over a million traced actions
 MAX_ITEMS = 20_000_000  # dicts and list entries looked at, in all
+BYTES_PER_ITEM = 4  # the fewest pickled bytes an entry can honestly take, with margin
 _BYTES = 2**64  # sizes, addresses and streams are 64-bit in the snapshot
 _ACTIONS = frozenset(
     {
@@ -95,28 +96,36 @@ class Snapshot:
 class _Walk:
     """The checks on what the pickle held, with one budget of items for the whole file."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, size: int) -> None:
         self.name = name
         self.items = 0
+        # A trace entry pickles to tens of bytes (its keys, numbers and frames), so a file
+        # holds far fewer entries than bytes: more is a pickle whose references repeat
+        # objects (a few KiB that would unfold into millions), refused before the work.
+        self.budget = min(MAX_ITEMS, size // BYTES_PER_ITEM + 1000)
+        self.seen: set[int] = set()  # the containers walked: each appears once in a snapshot
 
     def fail(self, message: str) -> SnapshotError:
         return SnapshotError(f"{self.name} is not a CUDA memory snapshot: {message}")
 
-    def count(self, n: int) -> None:
+    def count(self, value: Any, n: int, what: str) -> None:
+        if id(value) in self.seen:
+            raise self.fail(f"{what} is an object it already holds elsewhere")
+        self.seen.add(id(value))
         self.items += n
-        if self.items > MAX_ITEMS:
-            raise self.fail(f"it holds more than {MAX_ITEMS:,} entries")
+        if self.items > self.budget:
+            raise self.fail(f"it holds more than {self.budget:,} entries for its size")
 
     def mapping(self, value: Any, what: str) -> dict[Any, Any]:
         if not isinstance(value, dict):
             raise self.fail(f"{what} is a {type(value).__name__}, not a dict")
-        self.count(1)
+        self.count(value, 1, what)
         return value
 
     def sequence(self, value: Any, what: str) -> Sequence[Any]:
         if not isinstance(value, (list, tuple)):
             raise self.fail(f"{what} is a {type(value).__name__}, not a list")
-        self.count(len(value))
+        self.count(value, len(value), what)
         return value
 
     def size(self, entry: dict[Any, Any], key: str, what: str, signed: bool = False) -> int:
@@ -129,7 +138,7 @@ class _Walk:
 
 def read_snapshot(data: bytes, name: str) -> Snapshot:
     """The snapshot pickled in ``data``; SnapshotError (one line) for anything else."""
-    walk = _Walk(name)
+    walk = _Walk(name, len(data))
     try:
         raw = _PlainUnpickler(io.BytesIO(data)).load()
     except _Refused as exc:
