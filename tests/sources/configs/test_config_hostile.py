@@ -209,3 +209,15 @@ def test_accelerate_refuses_an_offload_device_deepspeed_would_refuse(tmp_path, d
         f"  offload_optimizer_device: {device}\n"
     )
     assert "is not none, cpu or nvme" in error(tmp_path, "acc.yml", text)
+
+
+def test_a_config_of_millions_of_values_is_refused_before_it_is_parsed(tmp_path):
+    """JSON had no bound at all (a 4 MiB file of 2M values planned in 7 s); YAML's came after
+    libyaml had composed every value (12 s)."""
+    values = ",".join(["1"] * 500_000)
+    assert "holds over 100,000 values" in error(
+        tmp_path, "args.json", f'{{"per_device_train_batch_size": 2, "a": [{values}]}}'
+    )
+    assert "holds over 100,000 values" in error(
+        tmp_path, "ax.yml", f"base_model: x/y\na: [{values}]\n"
+    )

@@ -33,6 +33,14 @@ def read_doc(path: Path, *, what: str = "config file") -> Doc:
 
 def parse_doc(text: str, name: str, path: Path | None = None) -> Doc:
     """JSON when it looks like JSON (a ``.json`` name or a leading ``{``), else YAML."""
+    # Values are separated by commas or line breaks, in JSON and YAML alike: a text with more
+    # separators than MAX_EXPANDED values could use is refused before a parser composes them
+    # (libyaml takes 12 s over 2M values on one 4 MiB line, and they would be refused after).
+    if text.count(",") + text.count("\n") > 4 * MAX_EXPANDED:
+        raise PlanError(
+            FIELD,
+            f"{name}: holds over {MAX_EXPANDED:,} values; a training config holds a few hundred",
+        )
     looks_json = name.endswith(".json") or text.lstrip().startswith("{")
     if looks_json:
         try:
