@@ -133,3 +133,9 @@ class Budget:
     growth: int = 4  # a render may be this many times its messages' text...
     slack: int = 2**20  # ...plus this many characters (system prompts, tool lists, dates)
     start_seconds: float = 10.0  # start the worker and compile (a slow, loaded machine)
+    # In all: a template under the per-conversation limit can still be slow enough to make a
+    # scan of thousands take hours. Past ``grace_seconds``, a mean over ``mean_seconds`` a
+    # conversation stops the run, and ``total_seconds`` stops any.
+    grace_seconds: float = 10.0
+    mean_seconds: float = 0.02
+    total_seconds: float = 120.0

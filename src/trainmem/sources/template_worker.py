@@ -72,6 +72,9 @@ class Worker:
             "memory": budget.memory,
             "growth": budget.growth,
             "slack": budget.slack,
+            "grace_seconds": budget.grace_seconds,
+            "mean_seconds": budget.mean_seconds,
+            "total_seconds": budget.total_seconds,
         }
         init = {"source": source, "special": special, "budget": limits}
         answer = self._exchange(init, budget.start_seconds)
@@ -243,13 +246,32 @@ def main() -> None:
         return
     special = {str(k): str(v) for k, v in init["special"].items()}
     _write(stdout, {"ok": True})
+    spent, rendered = 0.0, 0  # in all, for the budget's mean and total
     while (request := _read_frame(stdin)) is not None:
         answers = []
         for messages, prompt in request["render"]:
+            began = time.monotonic()
             answers.append(_render_one(template, special, messages, bool(prompt), budget))
+            spent, rendered = spent + time.monotonic() - began, rendered + 1
+            if "budget" not in answers[-1]:
+                answers[-1] = _over_in_all(spent, rendered, budget) or answers[-1]
             if "budget" in answers[-1]:
                 break  # the run stops: the rest is not rendered
         _write(stdout, {"answers": answers})
+
+
+def _over_in_all(spent: float, rendered: int, budget: Budget) -> dict[str, str] | None:
+    """Budget.grace_seconds, mean_seconds and total_seconds, over the whole run."""
+    mean = spent / rendered
+    if spent > budget.total_seconds or (
+        spent > budget.grace_seconds and mean > budget.mean_seconds
+    ):
+        return {
+            "budget": f"the chat template took {spent:.0f} s for {rendered:,} conversations "
+            f"({1000 * mean:.0f} ms each; real templates take about a millisecond) and was "
+            "stopped"
+        }
+    return None
 
 
 class _Overrun(BaseException):

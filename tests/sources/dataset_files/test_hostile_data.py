@@ -215,3 +215,16 @@ def test_a_report_on_one_very_long_example_is_not_a_seq_len_error(tmp_path: Path
     report = length_report(build_report(Plan(model="7B", device="24GB"), solve=False), scanned)
     assert any("longer than any plan (10,000,000 tokens)" in w for w in report.warnings)
     assert report.keep.fits is False
+
+
+def test_a_template_slow_on_every_conversation_is_stopped_in_all():
+    """Each render under the per-conversation limit, but a scan of thousands would take hours:
+    past the grace seconds, a mean over the budget's stops the run."""
+    slow = "{% for i in range(20000) %}{% endfor %}{{ messages[0].content }}"
+    budget = replace(SMALL, grace_seconds=0.2, mean_seconds=0.0001)
+    tokens = Tokens(CharCounter(), ChatTemplate(slow, budget=budget), True, "test")
+    with pytest.raises(TokensError) as err:
+        tokens.measure([Chat(CONVERSATION)] * 5000)
+    assert "ms each; real templates take about a millisecond" in one_line(err.value)
+    fast = Tokens(CharCounter(), ChatTemplate(slow, budget=SMALL), True, "test")
+    assert len(fast.measure([Chat(CONVERSATION)] * 20)) == 20  # the default budget lets it run
