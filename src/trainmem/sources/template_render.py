@@ -135,7 +135,6 @@ class Budget:
     start_seconds: float = 10.0  # start the worker and compile (a slow, loaded machine)
     # In all: a template under the per-conversation limit can still be slow enough to make a
     # scan of thousands take hours. Past ``grace_seconds``, a mean over ``mean_seconds`` a
-    # conversation stops the run, and ``total_seconds`` stops any.
+    # conversation stops the run (no total: a whole dataset is scanned, as tokenizing it is).
     grace_seconds: float = 10.0
     mean_seconds: float = 0.02
-    total_seconds: float = 120.0
