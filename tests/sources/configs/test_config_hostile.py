@@ -221,3 +221,19 @@ def test_a_config_of_millions_of_values_is_refused_before_it_is_parsed(tmp_path)
     assert "holds over 100,000 values" in error(
         tmp_path, "ax.yml", f"base_model: x/y\na: [{values}]\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('{"zero_optimization": {"stage": 3, "offload_optimizer": "cpu"}}', "not a block of keys"),
+        ('{"zero_optimization": "x", "train_batch_size": 8}', "not a block of keys"),
+        (
+            '{"zero_optimization": {"stage": 2}, "fp16": {"enabled": true}, '
+            '"bf16": {"enabled": true}}',
+            "both enabled",
+        ),
+    ],
+)
+def test_deepspeed_blocks_of_the_wrong_type_are_refused_not_read_as_absent(tmp_path, text, needle):
+    assert needle in error(tmp_path, "ds.json", text)

@@ -47,8 +47,17 @@ def looks_like(doc: Doc) -> int:
     return sum(k in doc.data for k in keys) + (3 if ZERO in doc.data else 0)
 
 
+# The blocks DeepSpeed's config model reads as objects (runtime/config.py, zero/config.py):
+# one given as anything else is refused there, and here, not read as absent.
+_BLOCKS = (ZERO, f"{ZERO}.offload_optimizer", f"{ZERO}.offload_param", "bf16", "fp16")
+
+
 def read(doc: Doc) -> ConfigPlan:
     r = Reading(doc, FRAMEWORK, kind="launcher")
+    for key in _BLOCKS:
+        value = doc.lookup(key)
+        if value is not None and not isinstance(value, dict):
+            raise doc.error(key, f"{shown(value)} is not a block of keys ({{...}})")
     stage = doc.integer(f"{ZERO}.stage")
     if stage is None:
         r.default("zero", 0, "deepspeed/runtime/zero/config.py:95")
@@ -99,6 +108,11 @@ def _precision(r: Reading) -> None:
     keeps the fp32 master (trainmem.core.recipes ZERO_BF16 / ZERO_FP16); nothing autocasts.
     "auto" is the Trainer's bf16 / fp16 (transformers integrations/deepspeed.py:183-184)."""
     doc = r.doc
+    both = [n for n in ("bf16", "fp16") if doc.lookup(f"{n}.enabled") is True]
+    if (
+        len(both) == 2
+    ):  # runtime/config.py: "bfloat16 and fp16 modes cannot be simultaneously enabled"
+        raise doc.error("fp16.enabled", "fp16 and bf16 are both enabled, which DeepSpeed refuses")
     for name in ("bf16", "fp16"):
         key = f"{name}.enabled"
         value = doc.lookup(key)
