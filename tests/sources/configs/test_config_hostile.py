@@ -237,3 +237,13 @@ def test_a_config_of_millions_of_values_is_refused_before_it_is_parsed(tmp_path)
 )
 def test_deepspeed_blocks_of_the_wrong_type_are_refused_not_read_as_absent(tmp_path, text, needle):
     assert needle in error(tmp_path, "ds.json", text)
+
+
+@pytest.mark.parametrize(
+    "option", ["--model_name_or_path", "--per_device_train_batch_size", "--deepspeed"]
+)
+def test_an_option_that_needs_a_value_given_bare_is_one_line(option):
+    """HfArgumentParser refuses it; read as True it planned a model named 'True', or no
+    DeepSpeed at all."""
+    text = f"python train.py --model_name_or_path x/y --per_device_train_batch_size 2 {option}"
+    assert f"{option} is given without a value" in command_error(text)

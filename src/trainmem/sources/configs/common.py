@@ -70,8 +70,16 @@ class Doc:
     # Typed reads. Values from a command line are text, so text is converted as
     # HfArgumentParser would (transformers/hf_argparser.py string_to_bool).
 
-    def text(self, key: str) -> str | None:
+    def valued(self, key: str) -> Any:
+        """The value, where a key that needs one has one: a command line's bare ``--key``
+        reads as True (a switch), which HfArgumentParser refuses for any field but a bool."""
         value = self.lookup(key)
+        if value is True and (self.command or key.split(".", 1)[0] in self.shown_as):
+            raise self.error(key, f"--{key} is given without a value")
+        return value
+
+    def text(self, key: str) -> str | None:
+        value = self.valued(key)
         if value is None:
             return None
         if isinstance(value, (dict, list)):
@@ -79,7 +87,7 @@ class Doc:
         return str(value).strip()
 
     def integer(self, key: str) -> int | None:
-        value = self.lookup(key)
+        value = self.valued(key)
         if value is None:
             return None
         try:  # 5e8 and "4" are whole numbers; 400 digits, inf and 1.5 are one line each
@@ -88,7 +96,7 @@ class Doc:
             raise self.error(key, str(exc)) from None
 
     def number(self, key: str) -> float | None:
-        value = self.lookup(key)
+        value = self.valued(key)
         if value is None:
             return None
         try:
@@ -106,7 +114,7 @@ class Doc:
 
     def names(self, key: str) -> list[str] | None:
         """A list of names: a YAML/JSON list, or text separated by commas or spaces."""
-        value = self.lookup(key)
+        value = self.valued(key)
         if value is None:
             return None
         if isinstance(value, str):

@@ -129,7 +129,7 @@ def read(doc: Doc, read_file: ReadFile, *, trl: bool | None = None) -> ConfigPla
     _attention(r)
     _fsdp(r)
     r.unmodelled_present(_UNMODELLED)
-    deepspeed = doc.lookup("deepspeed")
+    deepspeed = doc.valued("deepspeed")
     if isinstance(deepspeed, str) and deepspeed.strip():
         path = r.named("deepspeed", deepspeed.strip())
         r.merged(read_file(path, doc.origin("deepspeed")))
