@@ -123,6 +123,23 @@ def test_a_broken_json_array_keeps_what_came_before(tmp_path: Path):
     assert len(got) == 2
 
 
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('[{"text": "a"}\n {"text": "b"}]', "no comma after an element"),
+        ('[{"text": "a"},,{"text": "b"}]', "not valid JSON"),
+        ('[{"text": "a"},\n]', "a comma before ']'"),
+    ],
+)
+def test_a_json_array_needs_its_commas(tmp_path: Path, text: str, why: str):
+    """Any run of commas, or none, was read as a separator: two records from a broken file."""
+    path = tmp_path / "d.json"
+    path.write_text(text)
+    _, got = examples(path)
+    assert got[0] == (1, Plain("", "a")) and len(got) == 2
+    assert isinstance(got[1][1], Malformed) and why in got[1][1].why
+
+
 def test_json_object_with_one_list_and_json_lines_named_json(tmp_path: Path):
     (tmp_path / "o.json").write_text(json.dumps({"version": 1, "data": [{"text": "x"}]}, indent=2))
     assert examples(tmp_path / "o.json")[1] == [(1, Plain("", "x"))]

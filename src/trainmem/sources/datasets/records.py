@@ -123,7 +123,8 @@ def json_array(f: IO[bytes]) -> Iterator[Item]:
         if skip("") != "[":
             raise DatasetError("is not a JSON array")
         pos += 1
-        while (first := skip(",")) not in ("]", ""):
+        first = skip("")
+        while first not in ("]", ""):
             start = line
             while True:
                 try:
@@ -144,6 +145,22 @@ def json_array(f: IO[bytes]) -> Iterator[Item]:
             line += buf.count("\n", pos, end)
             pos = end
             yield start, _record(value)
+            # exactly one comma between elements, as JSON has it, and none before the "]"
+            after = skip("")
+            if after == ",":
+                pos += 1
+                first = skip("")
+                if first == "]":
+                    yield line, Malformed("a comma before ']'; the array ends there")
+                    return
+            elif after in ("]", ""):
+                first = after
+            else:
+                yield (
+                    line,
+                    Malformed("no comma after an element; the rest of the array is not read"),
+                )
+                return
         if first == "":
             yield line, Malformed("the array is not closed (the file ends inside it)")
     except UnicodeDecodeError as exc:
