@@ -161,3 +161,9 @@ def test_an_error_quoting_a_config_shows_its_control_characters_not_obeys_them(t
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x1b" not in err and "\x07" not in err
     assert "\\x0a" in err and "\\x1b" in err
+
+
+@pytest.mark.parametrize("flags", [["--keep-share", "0.9"], ["--tokenizer", "tok.json"]])
+def test_a_dataset_flag_without_data_is_a_mistake_said_not_ignored(capsys, flags):
+    assert main(["plan", "--model", "494M", *flags]) == 2
+    assert f"{flags[0]} needs --data" in capsys.readouterr().err

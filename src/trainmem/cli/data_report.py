@@ -42,7 +42,7 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--keep-share",
         type=_share,
-        default=KEEP_SHARE,
+        default=None,
         metavar="SHARE",
         help="with --data: the share of examples the suggested maximum length keeps whole "
         f"(default {KEEP_SHARE:g})",
@@ -59,12 +59,17 @@ def data_report(ns: argparse.Namespace, report: Report) -> LengthReport | None:
     """The ``--data`` report for the plan of ``report``, on its figures (None without
     ``--data``); ValueError, one line, for a dataset or tokenizer that cannot be read."""
     text = getattr(ns, "data", None)
+    keep, tokenizer = getattr(ns, "keep_share", None), getattr(ns, "tokenizer", None)
     if not text:
+        given = [f for f, v in (("--keep-share", keep), ("--tokenizer", tokenizer)) if v]
+        if given:  # a flag that would change nothing is a mistake to say, not to ignore
+            verb = "need" if len(given) > 1 else "needs"
+            raise ValueError(f"{' and '.join(given)} {verb} --data (a dataset to measure)")
         return None
     from trainmem.planner.lengths import length_report, scan_data
 
-    scanned = scan_data(text, report.estimate.plan.model, getattr(ns, "tokenizer", None))
-    return length_report(report, scanned, keep_share=ns.keep_share)
+    scanned = scan_data(text, report.estimate.plan.model, tokenizer)
+    return length_report(report, scanned, keep_share=KEEP_SHARE if keep is None else keep)
 
 
 def lengths_json(report: LengthReport) -> dict[str, Any]:
