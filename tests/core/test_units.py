@@ -53,6 +53,13 @@ def test_hostile_sizes_are_one_line_value_errors(text: str) -> None:
     assert "GB" in message or "larger than zero" in message  # names what is accepted
 
 
+@pytest.mark.parametrize(("text", "unit"), [("1PB", "'pb'"), ("5 furlongs", "'furlongs'")])
+def test_an_unknown_unit_is_named_not_called_missing(text: str, unit: str) -> None:
+    with pytest.raises(ValueError, match=f"{unit} is not a unit; use B, KB") as err:
+        parse_size(text)
+    assert "needs a unit" not in str(err.value)
+
+
 def test_too_large_size_names_the_bound() -> None:
     with pytest.raises(ValueError, match=r"too large; give a size up to 2\^64 bytes"):
         parse_size("9" * 300 + "GB")

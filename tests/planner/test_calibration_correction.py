@@ -94,3 +94,15 @@ def test_readings_no_cuda_run_gives_are_refused_not_clamped(tmp_path: Path, step
     log = read_run_log(write_log(tmp_path / "r.jsonl", run_record(**PLAN), steps))
     with pytest.raises(CalibrationError, match=why):
         measure(log)
+
+
+@pytest.mark.parametrize(("kind", "said"), [("tpu", "is from a tpu run"), (None, "no device type")])
+def test_a_log_not_from_cuda_says_what_it_is_from(tmp_path: Path, kind, said):
+    """Every type but cuda and mps reads as cpu for the estimate; the refusal names the log's."""
+    from trainmem.planner.calibration import CalibrationError
+
+    record = run_record(**PLAN)
+    record["device"]["type"] = kind
+    log = read_run_log(write_log(tmp_path / "r.jsonl", record, [step_record(1)]))
+    with pytest.raises(CalibrationError, match=said):
+        measure(log)

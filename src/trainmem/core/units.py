@@ -164,8 +164,13 @@ def parse_size(text: str) -> int:
             f"{text!r} is ambiguous: write {number}{u}B (10^{dec} bytes) "
             f"or {number}{u}iB (2^{bin_} bytes)"
         )
-    if unit not in _UNITS:
+    if not unit:
         raise ValueError(f"{shown(text)} needs a unit: GB (10^9 bytes) or GiB (2^30 bytes)")
+    if unit not in _UNITS:  # 1PB, 5 furlongs: a unit, just not one of these
+        raise ValueError(
+            f"{shown(text)}: {shown(unit)} is not a unit; use B, KB, MB, GB, TB, KiB, MiB, "
+            "GiB or TiB"
+        )
     value = float(number) * _UNITS[unit]  # 300+ digits: inf, never an OverflowError here
     if not math.isfinite(value) or value > MAX_SIZE:
         raise ValueError(

@@ -46,7 +46,11 @@ def measure(log: RunLog) -> tuple[Calibration, str]:
 
     where = f"run log {visible(show(log.path))}"
     if log.device_type != "cuda" or not log.gpu_name:
-        raise CalibrationError(f"{where} is from a {log.device_type} run: calibration is for CUDA")
+        if log.device_type == "cuda":
+            raise CalibrationError(f"{where} names no GPU: calibration is per GPU model")
+        kind = log.device.get("type")  # as the log says it (device_type reads others as cpu)
+        ran = f"a {visible(kind[:20])} run" if isinstance(kind, str) and kind else "no device type"
+        raise CalibrationError(f"{where} is from {ran}: calibration is for CUDA")
     steps = log.steps[1:] or log.steps
     via = "nvml"
     contexts = [
