@@ -284,3 +284,11 @@ def test_a_line_over_the_record_cap_is_one_malformed_record(tmp_path: Path, monk
     _, got = examples(path)
     assert isinstance(got[0][1], Malformed) and "longer than 100 bytes" in got[0][1].why
     assert got[1] == (2, Plain("", words(3)))
+
+
+@pytest.mark.parametrize(("name", "kind"), [("d.parquet", "a Parquet"), ("d.arrow", "an Arrow")])
+def test_a_columnar_file_without_its_header_is_named_as_such(tmp_path: Path, name: str, kind: str):
+    """It was sniffed as JSON and called "not valid JSON"."""
+    (tmp_path / name).write_bytes(b"not columnar at all")
+    with pytest.raises(DatasetError, match=f"is not {kind} file"):
+        examples(tmp_path / name)

@@ -81,7 +81,14 @@ def file_kind(path: Path) -> str:
     if suffixes and suffixes[-1] == ".gz":
         suffixes.pop()
     kind = _SUFFIXES.get(suffixes[-1] if suffixes else "")
-    return kind if kind in ("jsonl", "csv", "tsv") else _sniff(path)
+    if kind in ("jsonl", "csv", "tsv"):
+        return kind
+    found = _sniff(path)
+    if kind in ("parquet", "arrow") and found != kind:  # named so, but without its magic
+        name = KIND_NAMES[kind]
+        article = "an" if name[0] in "AEIOU" else "a"
+        raise DatasetError(f"{files.show(path)} is not {article} {name} file (no {name} header)")
+    return found
 
 
 @dataclass(frozen=True)
