@@ -247,3 +247,8 @@ def test_an_option_that_needs_a_value_given_bare_is_one_line(option):
     DeepSpeed at all."""
     text = f"python train.py --model_name_or_path x/y --per_device_train_batch_size 2 {option}"
     assert f"{option} is given without a value" in command_error(text)
+
+
+def test_an_empty_from_path_names_no_file_not_the_current_folder():
+    with pytest.raises(PlanError, match="names no file"):
+        read_configs([""])

@@ -350,6 +350,8 @@ def read_configs(paths: Sequence[str | Path], commands: Sequence[str] = ()) -> C
     """Every --from file then every --from-args command, folded in order."""
     plan = ConfigPlan(kind="launcher")
     for given in paths:
+        if not str(given).strip():  # Path("") is ".", the current folder
+            raise PlanError(FIELD, "--from names no file (an empty path)")
         try:
             path = files.expand(given)
         except files.FileReadError as exc:
