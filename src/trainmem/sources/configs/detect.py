@@ -351,7 +351,7 @@ def read_configs(paths: Sequence[str | Path], commands: Sequence[str] = ()) -> C
     plan = ConfigPlan(kind="launcher")
     for given in paths:
         if not str(given).strip():  # Path("") is ".", the current folder
-            raise PlanError(FIELD, "--from names no file (an empty path)")
+            raise PlanError(FIELD, "an empty path names no file")
         try:
             path = files.expand(given)
         except files.FileReadError as exc:
