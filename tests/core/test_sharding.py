@@ -505,3 +505,18 @@ def test_report_judges_the_node_ram():
     assert not short.fits_everywhere and all(f.fits for f in short.fit)
     roomy = build_report(p, SPEC, gpu, solve=False, node_ram_bytes=10 * need)
     assert roomy.fits_everywhere and roomy.to_json()["host"]["bytes_per_node"] == need
+
+
+def test_the_fewest_gpus_of_the_plans_own_strategy_agree_with_its_verdict():
+    from trainmem.core.fit import Budget
+    from trainmem.core.whatif import fewest_gpus, need
+    from trainmem.sources.resolve import resolve_model
+
+    spec = resolve_model("Qwen/Qwen2.5-7B")
+    budget = Budget(40 * 10**9)
+    for gpus in (3, 8):
+        p = Plan(model="Qwen/Qwen2.5-7B", method="full", strategy="zero", zero=3, gpus=gpus)
+        p = p.validated()
+        fits = need(p, spec, budget) <= budget.usable_bytes
+        answer = fewest_gpus(p, spec, budget)["zero-3"]
+        assert answer is not None and (answer <= gpus) == fits, (gpus, answer, fits)

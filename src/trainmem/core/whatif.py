@@ -275,7 +275,9 @@ def _fewest(
             changed = replace(p, **{field: n})  # type: ignore[arg-type]
             return _measure(changed, spec, budget, exact)
 
-        out[name] = _search(measure, budget.usable_bytes, 1, limit, largest=False)
+        # the plan's own strategy starts from its own count: the answer agrees with its verdict
+        first = getattr(plan, field) if sharded == plan else None
+        out[name] = _search(measure, budget.usable_bytes, 1, limit, largest=False, first=first)
     return out
 
 
