@@ -249,3 +249,9 @@ def test_the_loader_turns_the_trace_into_events(tmp_path):
         ("segment_alloc", 30 * MiB),
         ("segment_free", 30 * MiB),
     )
+
+
+def test_empty_traces_are_not_taken_for_shared_objects(tmp_path):
+    """Pickle gives every empty tuple as the one empty tuple: repeating it repeats nothing."""
+    snap = load_snapshot(write(tmp_path, {"segments": [], "device_traces": [(), ()]}))
+    assert snap.traces == ((), ())

@@ -525,9 +525,9 @@ class OnDevice:
     wholly free cached segments and retries, and only then raises OutOfMemoryError."""
 
     bytes: int  # the device peak there (the one with memory to spare, unless retried)
+    unlimited: int  # the device peak with memory to spare (Estimate.device_bytes_on)
     retried: bool = False  # over the device on that peak, but run within it by the retry
     failure: tuple[str, Oom] | None = None  # the moment and first allocation that fails
-    unlimited: int = 0  # the device peak with memory to spare (Estimate.device_bytes_on)
 
 
 def device_peak_on(
@@ -545,7 +545,7 @@ def device_peak_on(
     unlimited = est.device_bytes_on(kind, figures)
     correction = figures.reserve_correction if figures.calibrated else 1.0
     if kind != "gpu" or est.device_peak is None or unlimited <= usable_bytes or not correction:
-        return OnDevice(unlimited, unlimited=unlimited)
+        return OnDevice(unlimited, unlimited)
     from trainmem.core.device_peak import device_peak
 
     plan, spec, allocated = est.plan, est.model, est.allocated_bytes
@@ -553,9 +553,9 @@ def device_peak_on(
     step = step_sizes(plan, spec, lay=est.layout)
     run = device_peak(plan, spec, step, allocated, figures.gpu_family, capacity=capacity)
     if run.oom is not None:
-        return OnDevice(unlimited, failure=(run.moment, run.oom), unlimited=unlimited)
+        return OnDevice(unlimited, unlimited, failure=(run.moment, run.oom))
     reserve = max(0, round(run.reserved * correction) - allocated)
-    return OnDevice(allocated + figures.context_bytes + reserve, True, unlimited=unlimited)
+    return OnDevice(allocated + figures.context_bytes + reserve, unlimited, retried=True)
 
 
 def _notes(

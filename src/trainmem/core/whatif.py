@@ -216,19 +216,6 @@ def largest_model(
     return best
 
 
-def _smallest(fits: Callable[[int], bool], low: int, high: int) -> int | None:
-    """Smallest n in [low, high] with fits(n), assuming fits is monotone (false then true)."""
-    if not fits(high):
-        return None
-    while low < high:
-        mid = (low + high) // 2
-        if fits(mid):
-            high = mid
-        else:
-            low = mid + 1
-    return low
-
-
 # Each strategy and stage the fewest-GPUs answer covers, as plan changes.
 SHARDINGS: dict[str, dict[str, object]] = {
     "ddp": {"strategy": "ddp", "zero": 0, "offload": "none"},

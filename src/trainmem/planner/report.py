@@ -248,12 +248,7 @@ class Report:
                     "runtime_figures": b.figures.source if t.kind == "gpu" else None,
                 }
                 for f, p, t, b, o in zip(
-                    self.fit,
-                    self.peak_fit,
-                    self.targets,
-                    self.budgets,
-                    self.on_device or [OnDevice(p.required_bytes) for p in self.peak_fit],
-                    strict=True,
+                    self.fit, self.peak_fit, self.targets, self.budgets, self.on_device, strict=True
                 )
             ],
             "fits_everywhere": self.fits_everywhere,
@@ -346,19 +341,19 @@ def build_report(
     )
     first = budgets[0] if budgets else Budget(0)
     est = estimate(plan, spec, runtime=first.kind, figures=first.figures, simulate=simulate)
-    fits = tuple(
-        judge_fit(est.judged_bytes_on(b.kind, b.figures), t.name, b.usable_bytes)
-        for t, b in zip(targets, budgets, strict=True)
+    on = tuple(device_peak_on(est, b.usable_bytes, b.kind, b.figures) for b in budgets)
+    peaks = tuple(
+        judge_fit(o.unlimited, t.name, b.usable_bytes)
+        for o, t, b in zip(on, targets, budgets, strict=True)
     )
-    peaks = (
+    fits = (  # the rule of thumb alone, or the device peak (Estimate.judged_bytes_on)
         tuple(
-            judge_fit(est.device_bytes_on(b.kind, b.figures), t.name, b.usable_bytes)
+            judge_fit(est.rule_of_thumb_bytes, t.name, b.usable_bytes)
             for t, b in zip(targets, budgets, strict=True)
         )
         if plan.rule_of_thumb
-        else fits
+        else peaks
     )
-    on = tuple(device_peak_on(est, b.usable_bytes, b.kind, b.figures) for b in budgets)
     ram = node_ram_bytes
     if ram is None and ram_targets:
         ram = ram_targets[0].usable_bytes

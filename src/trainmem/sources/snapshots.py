@@ -109,9 +109,10 @@ class _Walk:
         return SnapshotError(f"{self.name} is not a CUDA memory snapshot: {message}")
 
     def count(self, value: Any, n: int, what: str) -> None:
-        if id(value) in self.seen:
-            raise self.fail(f"{what} is an object it already holds elsewhere")
-        self.seen.add(id(value))
+        if n:  # an empty container repeats nothing (and the empty tuple is one object)
+            if id(value) in self.seen:
+                raise self.fail(f"{what} is an object it already holds elsewhere")
+            self.seen.add(id(value))
         self.items += n
         if self.items > self.budget:
             raise self.fail(f"it holds more than {self.budget:,} entries for its size")

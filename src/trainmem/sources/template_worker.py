@@ -245,7 +245,7 @@ def main() -> None:
         return
     special = {str(k): str(v) for k, v in init["special"].items()}
     _write(stdout, {"ok": True})
-    spent, rendered = 0.0, 0  # in all, for the budget's mean and total
+    spent, rendered = 0.0, 0  # in all, for the budget's mean
     while (request := _read_frame(stdin)) is not None:
         answers = []
         for messages, prompt in request["render"]:

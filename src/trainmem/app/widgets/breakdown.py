@@ -189,7 +189,7 @@ CPU_ONLY_PROMPT = (
 def fit_text(report: Report) -> Text:
     if not report.fit:
         return Text("Waiting for devices…", style="dim")
-    retried = [o.retried for o in report.on_device] or [False] * len(report.fit)
+    retried = [o.retried for o in report.on_device]
     lines = [
         fit_line(f, t.basis, r) for f, t, r in zip(report.fit, report.targets, retried, strict=True)
     ]

@@ -108,10 +108,9 @@ def _precision(r: Reading) -> None:
     keeps the fp32 master (trainmem.core.recipes ZERO_BF16 / ZERO_FP16); nothing autocasts.
     "auto" is the Trainer's bf16 / fp16 (transformers integrations/deepspeed.py:183-184)."""
     doc = r.doc
-    both = [n for n in ("bf16", "fp16") if doc.lookup(f"{n}.enabled") is True]
-    if (
-        len(both) == 2
-    ):  # runtime/config.py: "bfloat16 and fp16 modes cannot be simultaneously enabled"
+    # runtime/config.py _do_error_check: "bfloat16 and fp16 modes cannot be simultaneously
+    # enabled"
+    if all(doc.lookup(f"{n}.enabled") is True for n in ("bf16", "fp16")):
         raise doc.error("fp16.enabled", "fp16 and bf16 are both enabled, which DeepSpeed refuses")
     for name in ("bf16", "fp16"):
         key = f"{name}.enabled"
