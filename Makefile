@@ -16,6 +16,7 @@ accuracy:
 	./scripts/install.sh && .venv/bin/python bench/accuracy/compare.py \
 		bench/results/measure-cpu.json bench/results/measure-cpu-moe.json \
 		bench/results/trace-cpu.json bench/results/trace-cpu-moe.json \
+		bench/results/trace-cpu-sweep.json \
 		bench/results/measure-cpu-stacks.json bench/results/measure-cpu-nodq.json \
 		bench/results/measure-cpu-real-stacks.json bench/results/measure-cpu-sharded.json \
 		bench/results/measure-cpu-sharded-mp.json bench/results/measure-cpu-mlx.json \
@@ -36,6 +37,7 @@ measure:
 	.measure-venv/bin/python bench/measure/real_stacks.py --threads 1 --out bench/results/measure-cpu-real-stacks.json
 	.measure-venv/bin/python bench/measure/trace_events.py --threads 2 --out bench/results/trace-cpu.json
 	.measure-venv/bin/python bench/measure/trace_events.py --threads 2 --subset moe
+	.measure-venv/bin/python bench/measure/trace_events.py --threads 2 --subset sweep
 
 # Re-measure sharded (FSDP2) steps per rank on CPU: fake process group + FakeTensorMode,
 # validated against real 2- and 4-process gloo runs first (~40 min on 2 shared cores), then

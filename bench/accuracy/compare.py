@@ -309,8 +309,9 @@ SWINGING = Plan(
 )
 
 
-def monotony_section() -> list[str]:
-    """The simulated device peak against the batch for one plan: computed, not measured."""
+def monotony_section(sweep: list[dict[str, Any]]) -> list[str]:
+    """The simulated device peak against the batch for one plan: computed, not measured;
+    then ``sweep``, a traced plan over batches (trace_events.py --subset sweep)."""
     from trainmem.core.estimator import device_peak_on
     from trainmem.devices.target import parse_device_spec
     from trainmem.sources import catalog
@@ -346,6 +347,51 @@ def monotony_section() -> list[str]:
         lines.append(
             f"| {batch} | {peak.tensors / 1e9:.2f} | {peak.reserved / 1e9:.2f} "
             f"| {peak.fragmentation / 1e9:.2f} | {there} |"
+        )
+    return lines + sweep_table(sweep)
+
+
+def sweep_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Traced against synthetic over one plan's batches: is the swing the real step's?"""
+    if not rows:
+        return []
+    rows = sorted(rows, key=lambda r: r["plan"].batch)
+    p = rows[0]["plan"]
+
+    def drops(sims: list[Any]) -> str:  # the batches that reserve less than the one before
+        found = [
+            f"{r['plan'].batch} ({sims[i].peak_reserved / 1e9:.1f} GB against "
+            f"{sims[i - 1].peak_reserved / 1e9:.1f})"
+            for i, r in enumerate(rows)
+            if i and sims[i].peak_reserved < sims[i - 1].peak_reserved
+        ]
+        return ", ".join(found) or "none"
+
+    traced = [r["traced"] for r in rows]
+    synthetic = [r["synthetic"] for r in rows]
+    worst = max(rows, key=lambda r: abs(err(r["ours"], r["measured"])))
+    spread = abs(err(worst["ours"], worst["measured"]))
+    lines = [
+        "",
+        "Is the swing the real step's, or our sequence's? Measured: the real transformers "
+        "step traced (FakeTensor, as in the table above; `trace_events.py --subset sweep`) "
+        f"and run through the same simulator, {rows[0]['model']}, {p.method}, {p.precision}, "
+        f"{p.seq_len:,} tokens, one device. Batches that reserve less than the one before: "
+        f"traced {drops(traced)}; synthetic {drops(synthetic)}. The real step's sequence "
+        "swings too, but not always where ours does: near such a point the simulated "
+        f"reserve can be off by {spread:.0f}% "
+        f"(batch {worst['plan'].batch}). Only a GPU run can show PyTorch's own reserve.",
+        "",
+        "| batch | tensors' peak GB | traced: reserved GB | fragmentation GB "
+        "| synthetic: reserved GB | fragmentation GB | error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        t, s = r["traced"], r["synthetic"]
+        lines.append(
+            f"| {r['plan'].batch} | {r['tensors'] / 1e9:.3f} | {t.peak_reserved / 1e9:.3f} "
+            f"| {t.fragmentation_at_peak / 1e9:.3f} | {s.peak_reserved / 1e9:.3f} "
+            f"| {s.fragmentation_at_peak / 1e9:.3f} | {fmt_pct(err(r['ours'], r['measured']))} |"
         )
     return lines
 
@@ -534,6 +580,7 @@ def render(
     sharded: list[dict[str, Any]] | None = None,
     validation: list[dict[str, Any]] | None = None,
     traces: list[dict[str, Any]] | None = None,
+    sweep: list[dict[str, Any]] | None = None,
 ) -> str:
     tools = ["ours", "rule of thumb", *PEERS]
     lines = ["# Accuracy against measured training steps", ""]
@@ -640,7 +687,7 @@ def render(
     lines += per_rank_section(sharded or [], validation or [])
     lines += zero_section(sharded or [])
     lines += trace_section(traces or [])
-    lines += monotony_section()
+    lines += monotony_section(sweep or [])
     lines += unsloth_section()
     lines += ["", "## Where the measurements come from", ""]
     for m in meta:
@@ -712,6 +759,7 @@ def main() -> None:
     validation: list[dict[str, Any]] = []
     mlx: list[dict[str, Any]] = []  # the mlx stack's steps: a table of their own
     traces: list[dict[str, Any]] = []
+    sweep: list[dict[str, Any]] = []  # one plan traced over batches: the monotony section's
     frameworks: list[dict[str, Any]] = []
     for path in args.results:
         data = json.loads(path.read_text())
@@ -734,7 +782,7 @@ def main() -> None:
         seen = set()
         for record in data["records"] if data.get("kind") != "frameworks" else []:
             if (traced := compare_trace(record)) is not None:
-                traces.append(traced)
+                (sweep if data.get("kind") == "sweep" else traces).append(traced)
                 continue
             key = record["id"].rsplit("/", 1)[0]  # a fake run repeating a real one
             if key in seen:
@@ -770,7 +818,7 @@ def main() -> None:
     command = "python bench/accuracy/compare.py " + " ".join(map(str, args.results))
     if args.out:
         command += f" --out {args.out}"
-    text = render(rows, meta, command, sharded, validation, traces)
+    text = render(rows, meta, command, sharded, validation, traces, sweep)
     gpu_rows = cuda_section(rows + sharded)
     text += "\n".join([*gpu_rows, ""])[1:] if gpu_rows else ""
     text += "\n".join([*mlx_section(mlx), ""])[1:] if mlx else ""

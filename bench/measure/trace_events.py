@@ -2,6 +2,7 @@
 
     python bench/measure/trace_events.py --out bench/results/trace-cpu.json [--only SUBSTRING]
     python bench/measure/trace_events.py --subset moe     # -> bench/results/trace-cpu-moe.json
+    python bench/measure/trace_events.py --subset sweep   # -> bench/results/trace-cpu-sweep.json
 
 For each case the harness (harness.py) builds the model and runs two training steps exactly as
 it measures one (step 1 without optimizer state, then step 2), under a tracker that records every
@@ -253,6 +254,13 @@ def moe_cases() -> list[tuple[str, Plan, str]]:
     return out
 
 
+def sweep_cases() -> list[tuple[str, Plan, str]]:
+    """One plan over batches 1-10, where the synthetic sequence's reserve swings (batch 3
+    fragments more than 4): does the real step's sequence swing the same way?"""
+    plans = [harness.measured_plan("full", "bf16", "adamw", 2048, b) for b in range(1, 11)]
+    return [("Llama-3.2-1B", plan, "fake") for plan in plans]
+
+
 def cases() -> list[tuple[str, Plan, str]]:
     mp, lora = harness.measured_plan, harness.lora
     out: list[tuple[str, Plan, str]] = []
@@ -294,13 +302,13 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument(
-        "--out", type=Path, default=None, help="default: bench/results/trace-cpu[-moe].json"
+        "--out", type=Path, default=None, help="default: bench/results/trace-cpu[-moe|-sweep].json"
     )
-    ap.add_argument("--subset", choices=["dense", "moe"], default="dense")
+    ap.add_argument("--subset", choices=["dense", "moe", "sweep"], default="dense")
     ap.add_argument("--only", default=None, help="run only cases whose id contains this substring")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     args = ap.parse_args(argv)
-    suffix = "-moe" if args.subset == "moe" else ""
+    suffix = "" if args.subset == "dense" else f"-{args.subset}"
     args.out = args.out or harness.REPO / f"bench/results/trace-cpu{suffix}.json"
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -313,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def write(complete: bool) -> dict[str, Any]:
         doc = {
+            "kind": "sweep" if args.subset == "sweep" else "trace",  # compare.py's tables
             "machine": harness.machine("cpu"),
             "versions": harness.versions(),
             "command": cmd,
@@ -329,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp.replace(args.out)
         return doc
 
-    for name, plan, execution in moe_cases() if args.subset == "moe" else cases():
+    subsets = {"dense": cases, "moe": moe_cases, "sweep": sweep_cases}
+    for name, plan, execution in subsets[args.subset]():
         rid = f"{name}/{harness.case_key(plan)}/{execution}"
         if args.only and args.only not in rid:
             continue
