@@ -387,13 +387,18 @@ def sweep_table(rows: list[dict[str, Any]]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        t, s = r["traced"], r["synthetic"]
-        lines.append(
-            f"| {r['plan'].batch} | {r['tensors'] / 1e9:.3f} | {t.peak_reserved / 1e9:.3f} "
-            f"| {t.fragmentation_at_peak / 1e9:.3f} | {s.peak_reserved / 1e9:.3f} "
-            f"| {s.fragmentation_at_peak / 1e9:.3f} | {fmt_pct(err(r['ours'], r['measured']))} |"
-        )
+        lines.append(f"| {r['plan'].batch} | {r['tensors'] / 1e9:.3f} | {reserve_cells(r)} |")
     return lines
+
+
+def reserve_cells(r: dict[str, Any]) -> str:
+    """A traced row's reserve and fragmentation, traced then synthetic, and the error."""
+    traced, synthetic = r["traced"], r["synthetic"]
+    return (
+        f"{traced.peak_reserved / 1e9:.3f} | {traced.fragmentation_at_peak / 1e9:.3f} | "
+        f"{synthetic.peak_reserved / 1e9:.3f} | {synthetic.fragmentation_at_peak / 1e9:.3f} "
+        f"| {fmt_pct(err(r['ours'], r['measured']))}"
+    )
 
 
 def trace_section(rows: list[dict[str, Any]]) -> list[str]:
@@ -451,14 +456,12 @@ def trace_section(rows: list[dict[str, Any]]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        p, traced, synthetic = r["plan"], r["traced"], r["synthetic"]
+        p = r["plan"]
         lines.append(
             f"| {r['model']} | {p.method} | {p.precision} | {p.seq_len} | {p.batch} | "
             f"{'on' if p.grad_ckpt else 'off'} | {p.attn} | {r['execution']} | {r['events']} | "
             f"{r['tensors'] / 1e9:.3f} | {fmt_pct(err(r['estimate'], r['tensors']))} | "
-            f"{traced.peak_reserved / 1e9:.3f} | {traced.fragmentation_at_peak / 1e9:.3f} | "
-            f"{synthetic.peak_reserved / 1e9:.3f} | {synthetic.fragmentation_at_peak / 1e9:.3f} "
-            f"| {fmt_pct(err(r['ours'], r['measured']))} |"
+            f"{reserve_cells(r)} |"
         )
     return lines
 
