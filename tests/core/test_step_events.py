@@ -169,3 +169,35 @@ def test_more_tokens_never_reserve_much_less(seq: int, more: int):
     long = estimate(replace(BASE, seq_len=seq + more), spec).device_peak
     assert short is not None and long is not None
     assert long.reserved >= short.reserved - max(K_LARGE_BUFFER, short.reserved // 50)
+
+
+def _logit_pattern(plan: Plan) -> list[str]:
+    """Step 2's events on logits-sized tensors (multiples of tokens x vocab bytes), as
+    "A2" (a 16-bit one allocated), "F4" (an fp32 one freed), ..."""
+    spec = _spec(plan)
+    built = step_events(plan, spec, step_sizes(plan, spec))
+    unit = plan.batch * plan.seq_len * spec.vocab
+    sizes: dict[object, int] = {}
+    pattern = []
+    for index, event in enumerate(built.events):
+        if isinstance(event, Alloc):
+            sizes[event.id] = event.size
+        size = sizes[event.id]
+        if index > built.moments[0]["optimizer step"] and size % unit == 0:
+            pattern.append(("A" if isinstance(event, Alloc) else "F") + str(size // unit))
+    return pattern
+
+
+def test_the_loss_runs_in_the_order_a_traced_step_runs_it():
+    # bench/results/trace-cpu.json, Llama-3.2-1B full bf16 (transformers 5's ForCausalLMLoss):
+    # logits, their fp32 upcast, log_softmax's output; the upcast freed before the logits;
+    # nll_loss's and log_softmax's gradients; then the gradient cast back to 16 bits, alive
+    # while the head's backward reads it
+    bf16 = replace(BASE, method="full", precision="bf16").validated()
+    assert _logit_pattern(bf16) == [
+        *("A2", "A4", "A4", "F4", "F2"),  # forward
+        *("A4", "A4", "F4", "F4"),  # loss backward (the peak moment), then two go
+        *("A2", "F4", "F2"),  # the 16-bit gradient
+    ]
+    fp32 = replace(bf16, precision="fp32").validated()  # no cast: no 16-bit tensor
+    assert "A2" not in _logit_pattern(fp32)

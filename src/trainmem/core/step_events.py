@@ -13,7 +13,8 @@ step runs them:
 - forward, layer by layer: each layer's saved tensors (under checkpointing its input, and the
   layer's intermediates built and freed, as a no-grad forward does); a quantized linear's
   dequantized weight, made and freed per op (bitsandbytes dequantize_4bit);
-- the loss: the logits, their fp32 upcast and log_softmax's output; its backward's gradients;
+- the loss: the logits, their fp32 upcast and log_softmax's output; its backward's gradients
+  and, for 16-bit logits, their gradient cast down for the head's backward;
 - backward, last layer to first: the layer's saves rebuilt under checkpointing, its gradients
   in flight, the layer's gradients (allocated by AccumulateGrad, in backward order), then the
   layer's saves freed;
@@ -206,16 +207,26 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
         b.frees("copy", layers)
         b.free("copy head")
         standard = len(logits) > 1 and logits[-1] == 4 * logit_unit <= s.loss_backward
-        b.frees("logits", len(logits) - 1 if standard else len(logits))
+        # the upcast goes before the 16-bit logits (the order a traced transformers 5 step
+        # frees them: bench/results/trace-cpu.json); log_softmax's output stays for backward
+        for index in reversed(range(len(logits) - 1 if standard else len(logits))):
+            b.free(("logits", index))
         rest = s.loss_backward - (logits[-1] if standard else 0)
         b.allocs("loss grad", _logit_tensors(rest, logit_unit) if standard else [rest])
         b.alloc("loop output", s.kept_output)
         b.swap("gathered", s.gathered.loss_backward)
         at["loss backward"] = len(b.events) - 1
+        # nll_loss's gradient and log_softmax's output go first; with 16-bit logits the
+        # upcast's backward (aten _to_copy) casts log_softmax's input gradient down before
+        # that goes, and the head's backward reads the 16-bit one
+        b.free(("loss grad", 0))
         b.frees("logits", len(logits))
+        if standard and logits[0] == 2 * logit_unit:
+            b.alloc("logits grad", logits[0])
         b.frees("loss grad", 3)
         b.free("early head grad")  # a fused loss's head gradient: now the head's own
         b.alloc("grad head", s.grad_head)
+        b.free("logits grad")
         b.free("head saved")
         # backward through the layers, last to first
         for j in reversed(range(layers)):
