@@ -169,7 +169,7 @@ def test_gpu_families(name: str, family: str | None):
 def test_built_in_figures_by_cuda_version():
     # lazy loading: the typical figures, knowing the family (for its cuBLAS workspace)
     assert built_in_figures("NVIDIA H100 80GB HBM3", "12.8") == replace(
-        TYPICAL, gpu_family="hopper"
+        TYPICAL, gpu_family="hopper", nvswitch=True
     )
     assert built_in_figures("NVIDIA H100 80GB HBM3", None).context_bytes == TYPICAL.context_bytes
     assert built_in_figures("an unknown GPU", "12.8") is TYPICAL

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from trainmem.core.errors import PlanError
+from trainmem.core.estimator import outside_allocator
 from trainmem.core.units import fmt_bytes
 
 TIMEOUT_S = 900  # a 70B plan's two fake steps take minutes on a laptop; beyond this, stop
@@ -47,7 +48,7 @@ def traced(report: Any) -> dict[str, Any]:
     result = _result(done.stdout)
     if "error" in result:
         raise PlanError("trace", str(result["error"]).removeprefix("trace: ")[:300])
-    device = result["reserved_bytes"] + figures.context_bytes
+    device = result["reserved_bytes"] + outside_allocator(estimate)  # context and NCCL
     analytic = estimate.device_bytes_on("gpu")
     return {
         "device_peak_bytes": device,

@@ -119,9 +119,12 @@ def device_peak_line(est: Estimate) -> str:
     peak = est.device_peak
     assert peak is not None
     reserve = "measured reserve (calibrated)" if est.runtime_figures.calibrated else "reserved"
+    context, nccl = est.component("CUDA context"), est.component("NCCL buffers")
     return (
-        f"device peak = {reserve} {fmt_bytes(est.device_bytes - est.component('CUDA context'))}"
-        f" + CUDA context {fmt_bytes(est.component('CUDA context'))}; the simulated allocator "
+        f"device peak = {reserve} {fmt_bytes(est.device_bytes - context - nccl)}"
+        f" + CUDA context {fmt_bytes(context)}"
+        + (f" + NCCL buffers {fmt_bytes(nccl)} (derived)" if nccl else "")
+        + "; the simulated allocator "
         f"reserves {fmt_bytes(peak.reserved)} at {peak.moment}: blocks "
         f"{fmt_bytes(peak.allocated)} (cuBLAS workspaces {fmt_bytes(peak.workspaces)}), free in "
         f"its segments {fmt_bytes(peak.fragmentation)}"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainmem.core.runtime import RuntimeFigures, gpu_family
+from trainmem.core.runtime import RuntimeFigures, gpu_family, gpu_nvswitch
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,5 +38,6 @@ class Calibration:
             f"calibrated from {self.run}",
             True,
             gpu_family=gpu_family(self.gpu),
+            nvswitch=gpu_nvswitch(self.gpu),
             reserve_correction=self.reserve_correction,
         )

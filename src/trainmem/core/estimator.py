@@ -17,6 +17,7 @@ from trainmem.core.activations import Kernels, autocast_copy_bytes, layer_activa
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.losses import loss_head
 from trainmem.core.mlx_step import mlx_runtime_note, mlx_step
+from trainmem.core.nccl import nccl_buffer_bytes
 from trainmem.core.offload import checkpoint_offload
 from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes, dtypes
@@ -129,8 +130,8 @@ class Estimate:
                 )
             reserve = _simulated_reserve(peak, self.allocated_bytes, figures)
             if reserve is not None:
-                return self.allocated_bytes + figures.context_bytes + reserve
-        overhead = runtime_overhead(kind, self.allocated_bytes, figures)
+                return self.allocated_bytes + outside_allocator(self, figures) + reserve
+        overhead = runtime_overhead(kind, self.allocated_bytes, figures, nccl(self, figures))
         return self.allocated_bytes + sum(overhead.values())
 
     def judged_bytes_on(self, kind: TargetKind, figures: RuntimeFigures | None = None) -> int:
@@ -462,7 +463,8 @@ def estimate(
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     peak_phase = max(totals, key=lambda name: totals[name])
     allocated = totals[peak_phase]
-    overhead = runtime_overhead(runtime, allocated, figures)
+    nccl_bytes = _nccl_bytes(counted, lay, figures)
+    overhead = runtime_overhead(runtime, allocated, figures, nccl_bytes)
     peak = None
     if runtime == "gpu" and simulate:
         from trainmem.core.device_peak import device_peak
@@ -504,6 +506,31 @@ def estimate(
         bucket_bytes=step.buckets,
         layout=lay,
     )
+
+
+def _nccl_bytes(plan: Plan, lay: Layout, figures: RuntimeFigures) -> int:
+    """NCCL's buffers on one process of the plan, on a GPU of ``figures``."""
+    return nccl_buffer_bytes(
+        plan.gpus,
+        plan.nodes,
+        all_reduce=lay.strategy == "ddp",
+        nvswitch=figures.nvswitch,
+        family=figures.gpu_family,
+    )
+
+
+def nccl(est: Estimate, figures: RuntimeFigures | None = None) -> int:
+    """NCCL's buffers of ``est``'s plan on a GPU of ``figures`` (default: its own)."""
+    figures = figures or est.runtime_figures
+    if figures == est.runtime_figures and est.runtime_kind == "gpu":
+        return est.component("NCCL buffers")
+    return _nccl_bytes(est.plan, est.layout, figures)
+
+
+def outside_allocator(est: Estimate, figures: RuntimeFigures | None = None) -> int:
+    """What a GPU holds beside PyTorch's allocator for ``est``: the CUDA context and NCCL."""
+    figures = figures or est.runtime_figures
+    return figures.context_bytes + nccl(est, figures)
 
 
 def _simulated_reserve(peak: DevicePeak, allocated: int, figures: RuntimeFigures) -> int | None:
@@ -549,13 +576,14 @@ def device_peak_on(
     from trainmem.core.device_peak import device_peak
 
     plan, spec, allocated = est.plan, est.model, est.allocated_bytes
-    capacity = int(max(0, usable_bytes - figures.context_bytes) / correction)
+    outside = outside_allocator(est, figures)
+    capacity = int(max(0, usable_bytes - outside) / correction)
     step = step_sizes(plan, spec, lay=est.layout)
     run = device_peak(plan, spec, step, allocated, figures.gpu_family, capacity=capacity)
     if run.oom is not None:
         return OnDevice(unlimited, unlimited, failure=(run.moment, run.oom))
     reserve = max(0, round(run.reserved * correction) - allocated)
-    return OnDevice(allocated + figures.context_bytes + reserve, unlimited, retried=True)
+    return OnDevice(allocated + outside + reserve, unlimited, retried=True)
 
 
 def _notes(
@@ -599,7 +627,7 @@ def _sharding_notes(plan: Plan, lay: Layout) -> list[str]:
     if lay.strategy == "zero":
         notes.append(
             "DeepSpeed ZeRO follows 0.19.8's source, measured per rank on its CPU "
-            "accelerator (real gloo runs); NCCL's own buffers are not counted"
+            "accelerator (real gloo runs); NCCL's own buffers are derived from its source"
         )
     if lay.strategy == "ddp":
         notes.append("DDP keeps a bucket copy of every gradient (derived from torch's source)")

@@ -25,7 +25,7 @@ MiB = 2**20
 # lazy loading, see BUILT_IN): a typical figure for PyTorch 2.x on CUDA 12, never measured here.
 CUDA_CONTEXT_BYTES = 600 * MiB
 ALLOCATOR_RESERVE_FRACTION = 0.08  # of the allocated peak; no published ratio was found
-RUNTIME_COMPONENTS = ("CUDA context", "allocator reserve")
+RUNTIME_COMPONENTS = ("CUDA context", "NCCL buffers", "allocator reserve")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,7 @@ class RuntimeFigures:
     source: str
     calibrated: bool = False
     gpu_family: str | None = None  # the GPU's (gpu_family), for its library workspaces
+    nvswitch: bool = False  # an SXM board's GPU (gpu_nvswitch): NCCL's channels over NVLink
     # A calibration's measured peak reserved over the simulated one for the same run's plan:
     # it scales the simulated reserve (None: the reserve is the fraction above).
     reserve_correction: float | None = None
@@ -99,6 +100,18 @@ def gpu_family(name: str) -> str | None:
     return next((family for family, pattern in _FAMILIES if re.search(pattern, text)), None)
 
 
+# Data-centre GPUs sold on SXM boards, whose 4 or 8 GPUs share NVSwitches (HGX A100 / H100 /
+# H200 / B200); their PCIe cards and the NVL bridge pairs do not.
+_NVSWITCH = re.compile(r"\b(a100|a800|h100|h200|h800|b100|b200|b300|gb200|gb300)\b")
+
+
+def gpu_nvswitch(name: str) -> bool:
+    """Whether a GPU of that name is an SXM one ("NVIDIA H100 80GB HBM3": yes; "NVIDIA H100
+    PCIe", "H100 NVL": no)."""
+    text = name.lower().replace("-", " ").replace("_", " ")
+    return bool(_NVSWITCH.search(text)) and not re.search(r"\b(pcie|nvl)\b", text)
+
+
 def _cuda_tuple(cuda: str | None) -> tuple[int, int] | None:
     match = re.match(r"^\s*(\d+)\.(\d+)", cuda or "")
     return (int(match.group(1)), int(match.group(2))) if match else None
@@ -109,8 +122,9 @@ def built_in_figures(gpu_name: str | None = None, cuda: str | None = None) -> Ru
     (``torch.version.cuda``; None: today's wheels, which all load lazily)."""
     version = _cuda_tuple(cuda)
     family = gpu_family(gpu_name or "")
+    nvswitch = gpu_nvswitch(gpu_name or "")
     if version is None or version >= LAZY_LOADING_CUDA:
-        return replace(TYPICAL, gpu_family=family) if family else TYPICAL
+        return replace(TYPICAL, gpu_family=family, nvswitch=nvswitch) if family else TYPICAL
     if family in EAGER_CONTEXT_MIB:
         mib, source = EAGER_CONTEXT_MIB[family], EAGER_SOURCES[family]
     else:
@@ -120,19 +134,25 @@ def built_in_figures(gpu_name: str | None = None, cuda: str | None = None) -> Ru
         ALLOCATOR_RESERVE_FRACTION,
         f"CUDA {cuda} loads every kernel eagerly: context from {source}",
         gpu_family=family,
+        nvswitch=nvswitch,
     )
 
 
 def runtime_overhead(
-    kind: TargetKind, allocated_bytes: int, figures: RuntimeFigures | None = None
+    kind: TargetKind,
+    allocated_bytes: int,
+    figures: RuntimeFigures | None = None,
+    nccl_bytes: int = 0,
 ) -> dict[str, int]:
     """The runtime components for a device of ``kind`` (zero where none is modelled), with
-    ``figures`` for a GPU (default: the typical ones)."""
+    ``figures`` for a GPU (default: the typical ones) and NCCL's buffers of a multi-GPU plan
+    (trainmem.core.nccl)."""
     if kind != "gpu":
         return {name: 0 for name in RUNTIME_COMPONENTS}
     figures = figures or TYPICAL
     return {
         "CUDA context": figures.context_bytes,
+        "NCCL buffers": nccl_bytes,
         "allocator reserve": round(allocated_bytes * figures.reserve_fraction),
     }
 

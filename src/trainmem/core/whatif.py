@@ -69,7 +69,7 @@ def _lower_bound(plan: Plan, spec: ModelSpec, budget: Budget) -> int:
     """The need whatever the allocator reserves, without simulating it: the tensors' peak
     and the context (the reserve is never negative)."""
     est = estimate(plan, spec, runtime=budget.kind, figures=budget.figures, simulate=False)
-    low = est.allocated_bytes + est.component("CUDA context")
+    low = est.allocated_bytes + est.component("CUDA context") + est.component("NCCL buffers")
     return max(low, est.rule_of_thumb_bytes) if plan.rule_of_thumb else low
 
 

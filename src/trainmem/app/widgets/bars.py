@@ -24,6 +24,7 @@ COMPONENT_STYLE: dict[str, tuple[str, str]] = {
     "logits": ("≡", "#4fc8c8"),
     "temporaries": ("╳", "#c8c84f"),
     "CUDA context": ("┼", "#a0a0a0"),
+    "NCCL buffers": ("╪", "#a0a0a0"),
     "allocator reserve": ("·", "#a0a0a0"),
 }
 VERDICT_STYLE = {"fits": "bold #5fc98a", "tight": "bold #e8b84f", "too big": "bold #e85f5f"}
