@@ -433,7 +433,9 @@ def trace_section(rows: list[dict[str, Any]]) -> list[str]:
         "runtime: cuBLAS's workspace (8 MiB + 128 KiB, 32 MiB on compute capability 9-12) and "
         "cuBLASLt's 1 MiB, from aten/src/ATen/cuda/CublasHandlePool.cpp and allocated "
         "through the simulated allocator, and the CUDA context outside it (600 MiB, a typical "
-        "figure under lazy loading, not measured here; `calibrate` measures it on a GPU).",
+        "figure under lazy loading, not measured here; `calibrate` measures it on a GPU), "
+        "with, for a multi-GPU plan, NCCL's own buffers beside it (derived from NCCL 2.30.7's "
+        "source with typical channel counts, trainmem.core.nccl; not measured).",
         "",
         "| execution | n | median | worst |",
         "|---|---|---|---|",
