@@ -75,3 +75,22 @@ def test_a_multi_gpu_plan_holds_nccl_beside_the_allocator():
     # run within a GPU, the allocator gets what the context and NCCL leave
     tight = device_peak_on(eight, eight.device_bytes - 1, "gpu")
     assert tight.unlimited == eight.device_bytes
+
+
+def test_over_nodes_the_all_reducing_strategies_use_nvls():
+    model = "meta-llama/Llama-3.1-8B"
+    entry = catalog.find(model)
+    assert entry is not None
+    figures = built_in_figures("H100-80GB")
+    base = Plan(model=model, method="full", gpus=8, nodes=2, device="h100-80gb")
+
+    def nccl_of(**fields: object) -> int:
+        plan = replace(base, **fields).validated()
+        return estimate(plan, entry.spec(), figures=figures).component("NCCL buffers")
+
+    kw: dict = {"all_reduce": True, "nvswitch": True, "family": "hopper"}
+    assert nccl_of(strategy="ddp") == nccl_buffer_bytes(8, 2, **kw)
+    no_shard = nccl_of(strategy="fsdp", fsdp="no-shard", fsdp_version=1)
+    assert no_shard == nccl_buffer_bytes(8, 2, **kw)
+    kw["all_reduce"] = False
+    assert nccl_of(strategy="fsdp") == nccl_buffer_bytes(8, 2, **kw)

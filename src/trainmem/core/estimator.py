@@ -513,7 +513,8 @@ def _nccl_bytes(plan: Plan, lay: Layout, figures: RuntimeFigures) -> int:
     return nccl_buffer_bytes(
         plan.gpus,
         plan.nodes,
-        all_reduce=lay.strategy == "ddp",
+        # DDP and FSDP1's NO_SHARD all-reduce the gradients; the sharded ones reduce-scatter
+        all_reduce=lay.strategy == "ddp" or (lay.strategy == "fsdp" and plan.fsdp == "no-shard"),
         nvswitch=figures.nvswitch,
         family=figures.gpu_family,
     )
