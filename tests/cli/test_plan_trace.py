@@ -41,6 +41,7 @@ def test_trace_beside_the_analytic_peak(tmp_path: Path, capsys: pytest.CaptureFi
     assert trace["fragmentation_bytes"] == trace["reserved_bytes"] - trace["allocated_bytes"]
     assert trace["workspace_bytes"] == 32 * 2**20 + 2**20  # Hopper's cuBLAS + cuBLASLt
     assert trace["device_peak_bytes"] == trace["reserved_bytes"] + trace["context_bytes"]
+    assert trace["nccl_bytes"] == 0  # one GPU: no NCCL
     assert trace["analytic_device_peak_bytes"] == out["peak"]["device_bytes"]
     # the weights alone are in the trace: 2 B a parameter (bf16) plus AdamW's two states
     assert trace["allocated_peak_bytes"] > 3 * 2 * out["model"]["params"]

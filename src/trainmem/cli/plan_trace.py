@@ -48,7 +48,8 @@ def traced(report: Any) -> dict[str, Any]:
     result = _result(done.stdout)
     if "error" in result:
         raise PlanError("trace", str(result["error"]).removeprefix("trace: ")[:300])
-    device = result["reserved_bytes"] + outside_allocator(estimate)  # context and NCCL
+    outside = outside_allocator(estimate)  # the context and NCCL's buffers
+    device = result["reserved_bytes"] + outside
     analytic = estimate.device_bytes_on("gpu")
     return {
         "device_peak_bytes": device,
@@ -58,6 +59,7 @@ def traced(report: Any) -> dict[str, Any]:
         "fragmentation_bytes": result["reserved_bytes"] - result["allocated_bytes"],
         "workspace_bytes": result["workspace_bytes"],
         "context_bytes": figures.context_bytes,
+        "nccl_bytes": outside - figures.context_bytes,
         "analytic_device_peak_bytes": analytic,
         "analytic_error_pct": round(100.0 * (analytic - device) / device, 2) if device else 0.0,
         "events": result["events"],
@@ -97,7 +99,9 @@ def render(traced: dict[str, Any]) -> str:
         f"traced device peak: {gb(traced['device_peak_bytes'])} (reserved "
         f"{gb(traced['reserved_bytes'])}, of which {gb(traced['allocated_bytes'])} allocated "
         f"then and {gb(traced['fragmentation_bytes'])} cached free; tensors at most "
-        f"{gb(traced['allocated_peak_bytes'])}; context {gb(traced['context_bytes'])}); analytic "
+        f"{gb(traced['allocated_peak_bytes'])}; context {gb(traced['context_bytes'])}"
+        + (f"; NCCL buffers {gb(traced['nccl_bytes'])} (derived)" if traced["nccl_bytes"] else "")
+        + "); analytic "
         f"{gb(traced['analytic_device_peak_bytes'])} ({traced['analytic_error_pct']:+.1f}% from "
         f"the trace); {traced['events']} allocations and frees traced in "
         f"{traced['seconds']:.1f} s with {versions}"

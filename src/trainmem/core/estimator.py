@@ -131,7 +131,8 @@ class Estimate:
             reserve = _simulated_reserve(peak, self.allocated_bytes, figures)
             if reserve is not None:
                 return self.allocated_bytes + outside_allocator(self, figures) + reserve
-        overhead = runtime_overhead(kind, self.allocated_bytes, figures, nccl(self, figures))
+        nccl = _nccl_bytes(self.plan, self.layout, figures)
+        overhead = runtime_overhead(kind, self.allocated_bytes, figures, nccl)
         return self.allocated_bytes + sum(overhead.values())
 
     def judged_bytes_on(self, kind: TargetKind, figures: RuntimeFigures | None = None) -> int:
@@ -520,18 +521,10 @@ def _nccl_bytes(plan: Plan, lay: Layout, figures: RuntimeFigures) -> int:
     )
 
 
-def nccl(est: Estimate, figures: RuntimeFigures | None = None) -> int:
-    """NCCL's buffers of ``est``'s plan on a GPU of ``figures`` (default: its own)."""
-    figures = figures or est.runtime_figures
-    if figures == est.runtime_figures and est.runtime_kind == "gpu":
-        return est.component("NCCL buffers")
-    return _nccl_bytes(est.plan, est.layout, figures)
-
-
 def outside_allocator(est: Estimate, figures: RuntimeFigures | None = None) -> int:
     """What a GPU holds beside PyTorch's allocator for ``est``: the CUDA context and NCCL."""
     figures = figures or est.runtime_figures
-    return figures.context_bytes + nccl(est, figures)
+    return figures.context_bytes + _nccl_bytes(est.plan, est.layout, figures)
 
 
 def _simulated_reserve(peak: DevicePeak, allocated: int, figures: RuntimeFigures) -> int | None:

@@ -34,7 +34,6 @@ Published for comparison: 544-688 MB on 4 NVLink A100s (NVIDIA/nccl#964), where 
 from __future__ import annotations
 
 MiB = 2**20
-SOURCE = "derived from NCCL 2.30.7's source (not measured; channels as NCCL typically picks)"
 
 RING_PAIR_MIB = 12  # a P2P channel's receive (10 MiB) and send (2 MiB) sides
 NET_EXTRA_MIB = 8  # a channel crossing nodes holds 10 + 10 MiB instead of 12

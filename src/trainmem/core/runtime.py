@@ -96,8 +96,13 @@ _FAMILIES = (
 
 def gpu_family(name: str) -> str | None:
     """The architecture of a GPU by its name ("NVIDIA H100 80GB HBM3" -> "hopper")."""
-    text = name.lower().replace("-", " ").replace("_", " ")
+    text = _words(name)
     return next((family for family, pattern in _FAMILIES if re.search(pattern, text)), None)
+
+
+def _words(name: str) -> str:
+    """A GPU name as the patterns read it: lower case, ``-`` and ``_`` as spaces."""
+    return name.lower().replace("-", " ").replace("_", " ")
 
 
 # Data-centre GPUs sold on SXM boards, whose 4 or 8 GPUs share NVSwitches (HGX A100 / H100 /
@@ -108,7 +113,7 @@ _NVSWITCH = re.compile(r"\b(a100|a800|h100|h200|h800|b100|b200|b300|gb200|gb300)
 def gpu_nvswitch(name: str) -> bool:
     """Whether a GPU of that name is an SXM one ("NVIDIA H100 80GB HBM3": yes; "NVIDIA H100
     PCIe", "H100 NVL": no)."""
-    text = name.lower().replace("-", " ").replace("_", " ")
+    text = _words(name)
     return bool(_NVSWITCH.search(text)) and not re.search(r"\b(pcie|nvl)\b", text)
 
 
