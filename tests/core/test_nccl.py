@@ -94,3 +94,44 @@ def test_over_nodes_the_all_reducing_strategies_use_nvls():
     assert no_shard == nccl_buffer_bytes(8, 2, **kw)
     kw["all_reduce"] = False
     assert nccl_of(strategy="fsdp") == nccl_buffer_bytes(8, 2, **kw)
+
+
+def test_deepspeed_and_hsdp_hold_a_communicator_beside_the_default_group():
+    hopper: dict = {"nvswitch": True, "family": "hopper"}
+    # the default group, running only barriers and small gathers: its ring and NVLS's init
+    barriers_one_node = 4 + 6 * 32 + 12 * 24 + (2 * 16 + 2)
+    collectives_one_node = 774  # test_8_h100s_in_one_node
+    clone = nccl_buffer_bytes(8, 1, all_reduce=False, groups="clone", **hopper)
+    assert clone == (barriers_one_node + collectives_one_node) * MiB
+    # HSDP on 4 nodes: barriers on all 32 GPUs, the node's group as on one node, and one GPU
+    # a node all-reducing across nodes on 4 channels that all leave the node (no NVLS)
+    barriers = 4 + 6 * 16 + 12 * 16 + 8 * 2 + (2 * 16 + 2)
+    across = 4 + 6 * 4 + 12 * 4 + 8 * 4
+    hybrid = nccl_buffer_bytes(8, 4, all_reduce=False, groups="hybrid", **hopper)
+    assert hybrid == (barriers + collectives_one_node + across) * MiB
+    # one node of HSDP: the group across nodes has one process, so no communicator
+    assert nccl_buffer_bytes(8, 1, all_reduce=False, groups="hybrid", **hopper) == clone
+
+
+def test_each_strategy_takes_its_groups():
+    model = "meta-llama/Llama-3.1-8B"
+    entry = catalog.find(model)
+    assert entry is not None
+    figures = built_in_figures("H100-80GB")
+    base = Plan(model=model, method="full", gpus=8, nodes=4, device="h100-80gb")
+
+    def nccl_of(**fields: object) -> int:
+        plan = replace(base, **fields).validated()
+        return estimate(plan, entry.spec(), figures=figures).component("NCCL buffers")
+
+    kw: dict = {"nvswitch": True, "family": "hopper"}
+    hsdp = nccl_of(strategy="fsdp", fsdp="hybrid-shard")
+    assert hsdp == nccl_buffer_bytes(8, 4, all_reduce=False, groups="hybrid", **kw)
+    assert nccl_of(strategy="zero", zero=3) == nccl_buffer_bytes(
+        8, 4, all_reduce=False, groups="clone", **kw
+    )
+    # ZeRO-0 is DeepSpeed's data parallelism: an all-reduce, on the clone
+    assert nccl_of(strategy="zero", zero=0) == nccl_buffer_bytes(
+        8, 4, all_reduce=True, groups="clone", **kw
+    )
+    assert hsdp > nccl_of(strategy="fsdp")

@@ -511,13 +511,18 @@ def estimate(
 
 def _nccl_bytes(plan: Plan, lay: Layout, figures: RuntimeFigures) -> int:
     """NCCL's buffers on one process of the plan, on a GPU of ``figures``."""
+    fsdp = plan.fsdp if lay.strategy == "fsdp" else None
+    zero = plan.zero if lay.strategy == "zero" else None
+    # DDP, FSDP1's NO_SHARD and ZeRO-0 all-reduce the gradients; the sharded ones
+    # reduce-scatter them. DeepSpeed and HSDP run them on groups of their own.
+    groups = "clone" if zero is not None else "hybrid" if fsdp == "hybrid-shard" else "default"
     return nccl_buffer_bytes(
         plan.gpus,
         plan.nodes,
-        # DDP and FSDP1's NO_SHARD all-reduce the gradients; the sharded ones reduce-scatter
-        all_reduce=lay.strategy == "ddp" or (lay.strategy == "fsdp" and plan.fsdp == "no-shard"),
+        all_reduce=lay.strategy == "ddp" or fsdp == "no-shard" or zero == 0,
         nvswitch=figures.nvswitch,
         family=figures.gpu_family,
+        groups=groups,
     )
 
 
