@@ -388,6 +388,36 @@ def test_fewest_gpus_is_the_smallest_count_that_fits():
     assert answers["zero-3 + params offload"] <= answers["zero-3"]
 
 
+def test_the_fewest_count_is_found_where_more_gpus_need_more_again():
+    from trainmem.core.whatif import _smallest_count
+
+    # sharding divides the need, NCCL's buffers add to it per peer: it falls, then rises
+    def u_shaped(n: int, exact: bool) -> int:
+        return 1000 // n + 2 * n + (0 if exact else -1)
+
+    fits = [n for n in range(1, 1025) if u_shaped(n, True) <= 120]
+    assert fits and fits[-1] < 1024  # the far end does not fit
+    assert _smallest_count(u_shaped, 120, 1024) == fits[0]
+    assert _smallest_count(u_shaped, 120, 1024, first=fits[0] + 3) == fits[0]
+    assert _smallest_count(u_shaped, 10, 1024) is None
+
+
+def test_ddp_that_fits_on_its_node_is_not_called_unfit_for_want_of_gpus():
+    from trainmem.core.fit import Budget
+    from trainmem.core.runtime import built_in_figures
+    from trainmem.core.whatif import fewest_gpus, need
+    from trainmem.sources.resolve import resolve_model
+
+    spec = resolve_model("Qwen/Qwen2.5-7B")
+    p = Plan(model="Qwen/Qwen2.5-7B", method="full", strategy="ddp", gpus=8, device="H100-80GB")
+    p = p.validated()
+    budget = Budget(85 * 10**9, figures=built_in_figures("NVIDIA H100 80GB HBM3"))
+    # the need of DDP never falls with more GPUs (NCCL's buffers grow): 1,024 do not fit
+    assert need(p, spec, budget) <= budget.usable_bytes
+    assert need(replace(p, gpus=1024), spec, budget) > budget.usable_bytes
+    assert fewest_gpus(p, spec, budget)["ddp"] == 1
+
+
 def test_a_search_the_quick_figure_finds_empty_is_settled_by_one_simulation():
     from trainmem.core.whatif import _search
 

@@ -25,6 +25,7 @@ MiB, GiB, GB = 2**20, 2**30, 10**9
 NVML_TOTALS = {
     "A100-80GB": 81920,
     "H100-80GB": 81559,
+    "H100-PCIe-80GB": 81559,  # "NVIDIA H100 PCIe, 81559 MiB" in many nvidia-smi outputs
     "H200-141GB": 143771,
     "RTX-4090": 24564,
     "T4": 15360,
@@ -44,8 +45,11 @@ BRIEF = [
     "RTX-4090",
     "RTX-5090",
     "A100-40GB",
+    "A100-40GB-PCIe",
     "A100-80GB",
+    "A100-80GB-PCIe",
     "H100-80GB",
+    "H100-PCIe-80GB",
     "H100-NVL-94GB",
     "H200-141GB",
     "B200-180GB",
@@ -63,6 +67,26 @@ BRIEF = [
     "mac-128GB",
     "mac-192GB",
 ]
+
+
+@pytest.mark.parametrize(
+    ("name", "preset", "nvswitch"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100-80GB", True),
+        ("NVIDIA H100 PCIe", "H100-PCIe-80GB", False),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB", True),
+        ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIe", False),
+        ("NVIDIA A100-PCIE-40GB", "A100-40GB-PCIe", False),
+        ("H100 NVL", "H100-NVL-94GB", False),
+    ],
+)
+def test_pcie_cards_are_not_taken_for_sxm_boards(name: str, preset: str, nvswitch: bool) -> None:
+    # the preset's name is what NCCL's figures read: a PCIe card shares no NVSwitch
+    from trainmem.core.runtime import gpu_nvswitch
+
+    target = resolve_preset(name)
+    assert target is not None and target.name == preset
+    assert gpu_nvswitch(target.name) is nvswitch
 
 
 @pytest.mark.parametrize(("name", "mib"), NVML_TOTALS.items())
@@ -248,7 +272,11 @@ def test_bare_model_numbers_are_presets(number: str, preset: str) -> None:
 @pytest.mark.parametrize(
     ("spec", "words"),
     [
-        ("a100", "unknown device 'a100'; did you mean A100-40GB or A100-80GB?"),
+        (
+            "a100",
+            "unknown device 'a100'; did you mean A100-40GB, A100-40GB-PCIe, A100-80GB or "
+            "A100-80GB-PCIe?",
+        ),
         (
             "4060",
             "'4060' is no preset and needs a unit to be a size (e.g. 4060GB or 4060GiB); "

@@ -262,10 +262,38 @@ def _fewest(
             changed = replace(p, **{field: n})  # type: ignore[arg-type]
             return _measure(changed, spec, budget, exact)
 
-        # the plan's own strategy starts from its own count: the answer agrees with its verdict
+        # the plan's own strategy probes its own count: the answer agrees with its verdict
         first = getattr(plan, field) if sharded == plan else None
-        out[name] = _search(measure, budget.usable_bytes, 1, limit, largest=False, first=first)
+        out[name] = _smallest_count(measure, budget.usable_bytes, limit, first)
     return out
+
+
+def _smallest_count(
+    measure: Callable[[int, bool], int], usable: int, limit: int, first: int | None = None
+) -> int | None:
+    """The fewest GPUs (or nodes) in [1, limit] that fit. The per-GPU need falls with the
+    count where sharding divides it but rises with NCCL's buffers (more peers), and never
+    falls for DDP, so over the whole range it is not monotone and a bisection from the far
+    end would call a plan that fits on 8 GPUs unfit because 1,024 do not. So it gallops up
+    from 1 (1, 2, 4, ... and ``first``; a count far too small is settled by its lower bound,
+    unsimulated) to the first count that fits, then searches the bracket below it, where
+    sharding's fall is what moves the need."""
+    seen: dict[tuple[int, bool], int] = {}
+
+    def cached(n: int, exact: bool) -> int:
+        if (n, exact) not in seen:
+            seen[n, exact] = measure(n, exact)
+        return seen[n, exact]
+
+    doubling = {min(1 << k, limit) for k in range(limit.bit_length() + 1)}
+    probes = sorted(doubling | ({first} if first is not None and 1 <= first <= limit else set()))
+    below = 0  # the largest probe that did not fit
+    for n in probes:
+        if cached(n, True) <= usable:
+            own = first if first is not None and below < first <= n else None
+            return _search(cached, usable, below + 1, n, largest=False, first=own)
+        below = n
+    return None
 
 
 def _sharding_options(
@@ -290,12 +318,10 @@ def _sharding_options(
     ):
         options.append(("offload parameters to host RAM", {"offload": "params"}, host))
     if lay.strategy in ("fsdp", "zero"):
-        more = _search(
+        more = _smallest_count(
             lambda n, exact: _measure(replace(plan, gpus=n), spec, budget, exact),
             budget.usable_bytes,
-            1,
             1024,
-            largest=False,
         )
         if more is not None and more > plan.gpus:
             options.append((f"use {more} GPUs per node", {"gpus": more}, None))

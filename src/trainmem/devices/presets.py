@@ -33,9 +33,14 @@ _GPUS: list[tuple[str, int, tuple[str, ...]]] = [
     ("RTX-4080", 16376, ("GeForce RTX 4080", "RTX-4080-16GB")),  # 16376
     ("RTX-4090", 24564, ("GeForce RTX 4090", "RTX-4090-24GB")),  # 24564
     ("RTX-5090", 32607, ("GeForce RTX 5090", "RTX-5090-32GB")),  # 32607
-    ("A100-40GB", 40960, ("A100-SXM4-40GB", "A100-PCIE-40GB")),  # 40960
-    ("A100-80GB", 81920, ("A100-SXM4-80GB", "A100 80GB PCIe")),  # 81920
-    ("H100-80GB", 81559, ("H100", "H100 80GB HBM3", "H100 PCIe", "H100-SXM")),  # 81559
+    # SXM boards and PCIe cards are presets of their own: the same memory, but only SXM GPUs
+    # share NVSwitches, which decides NCCL's buffers (core/nccl.py)
+    ("A100-40GB", 40960, ("A100-SXM4-40GB",)),  # 40960
+    ("A100-40GB-PCIe", 40960, ("A100-PCIE-40GB",)),  # 40960
+    ("A100-80GB", 81920, ("A100-SXM4-80GB",)),  # 81920
+    ("A100-80GB-PCIe", 81920, ("A100 80GB PCIe", "A100-PCIE-80GB")),  # 81920
+    ("H100-80GB", 81559, ("H100", "H100 80GB HBM3", "H100-SXM")),  # 81559
+    ("H100-PCIe-80GB", 81559, ("H100 PCIe", "H100-PCIe")),  # 81559
     ("H100-NVL-94GB", 95830, ("H100 NVL", "H100-NVL")),  # 95830
     ("H200-141GB", 143771, ("H200",)),  # 143771
     ("B200-180GB", 183359, ("B200",)),  # 183359
