@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 from app_helpers import screen_lines, settle
 from textual.widgets import DataTable, Input
+from textual.widgets._toast import Toast
 
 from trainmem.app import TrainmemApp
 from trainmem.app.widgets.plan_form import PlanForm
@@ -63,3 +64,36 @@ async def test_duplicated_plans_read_apart_in_compare(demo_app: Callable[..., Tr
         shown = [re.split(r"\s{2,}", line.strip("│ "))[1] for line in rows]
     assert len(set(shown)) == 3, shown
     assert not any(CUT_IN_A_WORD.search(s) for s in shown), shown
+
+
+async def test_a_toast_quoting_a_strangers_text_shows_its_markup_unparsed(
+    demo_app: Callable[..., TrainmemApp],
+) -> None:
+    # a config value or plan name of "[/x]" reaches the toasts (startup messages, file and
+    # run-log errors): parsed as markup it raised MarkupError and stopped the dashboard
+    hostile = "optimizer '[/x]' [bold red]bad[/] [link=http://evil.example/]c[/link]"
+    app = demo_app(startup_messages=[("error", hostile)])
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await settle(app, pilot)
+        app.screen.notify(f"from a widget: {hostile}")  # Widget.notify passes markup=True
+        await settle(app, pilot)
+        shown = [str(n.message) for n in app._notifications]
+        assert hostile in shown and f"from a widget: {hostile}" in shown
+        await pilot.pause(0.3)  # the toast rack is refreshed later
+        toasts = [" ".join(t.render().plain.split()) for t in app.screen.query(Toast)]
+        assert any(hostile in t for t in toasts), toasts  # shown as written, not styled
+
+
+async def test_a_plan_named_in_markup_is_listed_as_written_in_compare(
+    demo_app: Callable[..., TrainmemApp],
+) -> None:
+    # a plans file from someone else names the plans; the compare table drew a str cell
+    # as markup ("[/nope]" raised, "[bold red]" styled)
+    named = ("[/nope]", "[bold red]b[/]")
+    app = demo_app(plan_set=PlanSet(tuple(NamedPlan(n, Plan()) for n in named)))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("f3")
+        await settle(app, pilot)
+        lines = "\n".join(screen_lines(app))
+        assert all(n in lines for n in named), lines

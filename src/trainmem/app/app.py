@@ -14,6 +14,7 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.reactive import var
 from textual.screen import ModalScreen, Screen
 from textual.worker import Worker, WorkerState
@@ -206,6 +207,23 @@ class TrainmemApp(App[None]):
         # (the pollers touch nothing until the polling worker first calls them).
         self.run_pollers = [RunLogPoller(p) for p in o.run_logs]
         self.process_poller = ProcessPoller(self._processes_wanted) if o.find_processes else None
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Every toast as plain text, whoever calls it (a widget's notify passes markup=True):
+        they quote plan names, file paths and config values, and a stranger's "[/x]" would
+        otherwise be parsed as markup, styled or crash the dashboard."""
+        if timeout is None:
+            super().notify(message, title=title, severity=severity, markup=False)
+        else:
+            super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -103,7 +103,7 @@ class CompareScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
-        yield Static(id="compare-scale", classes="hint")
+        yield Static(id="compare-scale", classes="hint", markup=False)  # names a device
         yield DataTable(id="components-table", cursor_type="none", zebra_stripes=True)
         yield KeyBar()
 
@@ -209,7 +209,7 @@ class CompareScreen(Screen[None]):
         shared = set.intersection(*words) if len(words) > 1 else set()
         for i, row in enumerate(self.rows, self.page_start):
             mark = "▶" if i == selected else str(i + 1)
-            name = fit_name(row.name, name_width, shared)  # cut between words
+            name = Text(fit_name(row.name, name_width, shared))  # cut between words; no markup
             if row.report is None:
                 table.add_row(mark, name, Text(row.error or "", style="italic"), "", "", "")
                 continue

@@ -109,11 +109,11 @@ class MonitorScreen(Screen[None]):
     app: Dashboard  # type: ignore[assignment]  (the App, typed by what screens use)
 
     def compose(self) -> ComposeResult:
-        yield Static(id="monitor-plan")
-        yield Static(id="monitor-runs")
-        yield Static(id="monitor-warning")
+        yield Static(id="monitor-plan", markup=False)
+        yield Static(id="monitor-runs", markup=False)
+        yield Static(id="monitor-warning", markup=False)
         yield DataTable(id="monitor-table", cursor_type="row", zebra_stripes=True)
-        yield Static(id="monitor-free", classes="hint")
+        yield Static(id="monitor-free", classes="hint", markup=False)
         with VerticalScroll(id="monitor-scroll"):
             yield DevicesPanel(id="monitor-devices")
         yield KeyBar()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, ClassVar
 
+from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -166,7 +167,7 @@ class PlanScreen(Screen[None]):
         if not self.app.loading_text:
             # Cut between words to fit the border (Textual would cut inside one).
             width = FORM_WIDTH[bool(self._narrow)] - 6  # the border's corners and padding
-            form.border_subtitle = fit_name(name, width)
+            form.border_subtitle = Text(fit_name(name, width))  # a str is parsed as markup
 
     def _show_lengths(self) -> None:
         """The dataset histogram against the plan's maximum length (after --data is read)."""
@@ -177,7 +178,7 @@ class PlanScreen(Screen[None]):
 
     def _on_loading(self, text: str) -> None:
         if text:
-            self.query_one(PlanForm).border_subtitle = text
+            self.query_one(PlanForm).border_subtitle = Text(text)  # it names a file
         else:
             self._show_name()
 
