@@ -89,3 +89,26 @@ async def test_a_session_broken_by_another_is_kept_aside_and_merged_around(
     assert [p.plan for p in saved()] == [Plan(batch=3)]
     aside = [p for p in session_path().parent.iterdir() if ".broken-" in p.name]
     assert len(aside) == 1 and aside[0].read_text() == "garbage = ["
+
+
+async def test_a_comparison_keeps_the_session_it_never_read(
+    demo_app: Callable[..., TrainmemApp], tmp_path
+):
+    # --compare FILE opens FILE, not the session: quitting merges the session's plans and
+    # moves a broken one aside, where it used to write over both
+    compared = PlanSet((NamedPlan("compared", Plan(batch=5)),))
+    save_plans(session_path(), PlanSet((NamedPlan("from before", Plan(batch=7)),)))
+    app = demo_app(plan_set=compared, plans_path=tmp_path / "plans.toml")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+    told = " ".join(app.save_session())
+    assert "kept the 1 plan" in told and "held before" in told
+    assert [p.plan for p in saved()] == [Plan(batch=5), Plan(batch=7)]
+
+    session_path().write_text("garbage = [")  # broken before the dashboard started
+    app = demo_app(plan_set=compared, plans_path=tmp_path / "plans.toml")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+    assert "kept as" in " ".join(app.save_session())
+    aside = [p for p in session_path().parent.iterdir() if ".broken-" in p.name]
+    assert len(aside) == 1 and aside[0].read_text() == "garbage = ["

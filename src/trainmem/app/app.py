@@ -188,7 +188,11 @@ class TrainmemApp(App[None]):
         self.state.sampler = _NoSampler()
         # The session file as found now: saving at exit merges what another dashboard on the
         # same state directory saved after this point.
-        self.session = SessionFile(session_path(), o.plan_set.plans if o.plan_set else ())
+        self.session = SessionFile(
+            session_path(),
+            o.plan_set.plans if o.plan_set else (),
+            opened=o.plans_path is None,  # --compare FILE leaves the session unread
+        )
         self.interval = o.interval
         self._sampler_factory = sampler_factory
         self._startup_messages = list(o.startup_messages)

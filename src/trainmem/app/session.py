@@ -39,10 +39,18 @@ def _key(named: NamedPlan) -> tuple[object, ...]:
 _COPY = re.compile(r" \(\d+\)$")
 
 
+UNREAD = (-1, -1)  # the signature of a file this dashboard never read: no file has it
+
+
 class SessionFile:
-    def __init__(self, path: Path, read: Iterable[NamedPlan] = ()) -> None:
+    def __init__(self, path: Path, read: Iterable[NamedPlan] = (), opened: bool = True) -> None:
+        """``read``: the plans the dashboard read from the file at start. ``opened=False``: it
+        opened something else (``--compare FILE``), so the session's plans are merged at
+        exit like another dashboard's, and a broken session is moved aside, not written
+        over."""
         self.path = path
-        self.seen = signature(path)  # as this dashboard found it (or last wrote it)
+        # as this dashboard found it (or last wrote it)
+        self.seen: Signature = signature(path) if opened else UNREAD
         self._base = {_key(p) for p in read}  # the plans it held then
 
     def read_too(self, plans: Iterable[NamedPlan]) -> None:
@@ -74,10 +82,12 @@ class SessionFile:
             for named in added:
                 ws.append(named)
             plan_set = ws.to_plan_set()
+            plans = f"{len(added):,} plan{'s' * (len(added) != 1)}"
             notes.insert(
                 0,
-                f"kept {len(added):,} plan{'s' * (len(added) != 1)} another dashboard saved "
-                f"in {self.path}",
+                f"kept the {plans} {self.path} held before"
+                if self.seen == UNREAD
+                else f"kept {plans} another dashboard saved in {self.path}",
             )
         return plan_set, "; ".join(notes) or None
 
