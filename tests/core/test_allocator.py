@@ -251,6 +251,23 @@ def test_empty_cache_unmaps_the_free_pages_of_expandable_segments():
     assert segment_sizes(sim, "segment_unmap") == [40 * MiB]
 
 
+def test_mapping_a_huge_expandable_request_costs_no_memory_per_page():
+    # A replayed snapshot is a stranger's file: 512 TiB requests once took a Python int per
+    # 20 MiB page (gigabytes, then MemoryError); the pages mapped are what the blocks say
+    import tracemalloc
+
+    trace = [Alloc(i, 1 << 49) for i in range(8)] + [Free(i) for i in range(8)] + [EmptyCache()]
+    tracemalloc.start()
+    try:
+        sim = simulate(trace, config=EXPANDABLE)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert 8 << 49 <= sim.peak_reserved < (8 << 49) + 8 * 20 * MiB  # whole 20 MiB pages
+    assert sim.reserved[-1] == 0
+    assert peak < 16 * MiB
+
+
 def test_larger_sizes_can_reserve_less():
     # Not a property either: 10 MiB gets a 10 MiB segment, 9 MiB a 20 MiB one (kLargeBuffer)
     # whose 11 MiB remainder cannot hold 12 MiB.

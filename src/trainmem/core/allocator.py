@@ -105,17 +105,17 @@ def allocation_size(size: int, config: AllocatorConfig = DEFAULT) -> int:
 
 
 class _Segment:
-    """An expandable segment (struct ExpandableSegment): a virtual range of ``handles`` pages of
-    ``page`` bytes, of which the pages in ``mapped`` have physical memory."""
+    """An expandable segment (struct ExpandableSegment): a virtual range of pages of ``page``
+    bytes. Which pages have physical memory is what its blocks say (``_Block.mapped``): no
+    set of page numbers, whose size a replayed trace could make any (a 512 TiB request)."""
 
-    __slots__ = ("mapped", "page", "ptr", "size")
+    __slots__ = ("page", "ptr", "size")
 
     def __init__(self, ptr: int, page: int, device_total: int) -> None:
         self.ptr = ptr
         self.page = page  # 2 MiB for the small pool, large_segment_size (20 MiB) for the large
         # "enough address space for 1 1/8 the total memory on the GPU": numSegments(reserve)
         self.size = _round_up(device_total + device_total // 8, page)
-        self.mapped: set[int] = set()
 
 
 class _Block:
@@ -627,7 +627,6 @@ class CachingAllocator:
             return False
         if self.capacity is not None and self.reserved + mapped > self.capacity:
             return False  # cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY, the new handles released
-        segment.mapped.update(range(begin, end))
         pool.erase_unmapped(block)
         block.mapped = True
         if mapped < block.size:
@@ -671,7 +670,6 @@ class CachingAllocator:
         end = (block.ptr + block.size - segment.ptr) // segment.page
         if begin >= end:
             return
-        segment.mapped.difference_update(range(begin, end))
         start, length = segment.ptr + begin * segment.page, (end - begin) * segment.page
         pool.erase(block)
         before = start - block.ptr
