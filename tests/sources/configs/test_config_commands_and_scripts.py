@@ -202,6 +202,11 @@ def test_a_script_is_bounded(tmp_path):
     unbalanced = write(tmp_path, "q.sh", "trl sft --model_name_or_path 'x/y\n")
     with pytest.raises(PlanError, match=r"q.sh:1: cannot split the line"):
         read_configs([unbalanced])
+    # each variable twice the last: 300 bytes that expand to 2**40 characters by line 41
+    doubling = "A0=x\n" + "".join(f"A{i}=$A{i - 1}$A{i - 1}\n" for i in range(1, 41))
+    bomb = write(tmp_path, "bomb.sh", doubling + "trl sft --model_name_or_path $A40\n")
+    with pytest.raises(PlanError, match=r"bomb.sh:\d+: its variables expand to over 256 KiB"):
+        read_configs([bomb])
 
 
 def test_a_script_is_never_executed(tmp_path):

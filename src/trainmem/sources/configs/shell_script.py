@@ -79,7 +79,7 @@ def training_commands(text: str, name: str) -> tuple[list[tuple[int, str]], list
     for line, logical in _logical_lines(text, name):
         assigned = _ASSIGN.fullmatch(logical.strip())
         if assigned and "$(" not in logical and "`" not in logical:
-            value = _expand(assigned.group(2), variables, [])
+            value = _expand(assigned.group(2), variables, [], f"{name}:{line}")
             try:
                 words = shlex.split(value)
             except ValueError:
@@ -87,7 +87,7 @@ def training_commands(text: str, name: str) -> tuple[list[tuple[int, str]], list
             variables[assigned.group(1)] = words[0] if len(words) == 1 else value
             continue
         unset: list[str] = []
-        expanded = _expand(logical, variables, unset)
+        expanded = _expand(logical, variables, unset, f"{name}:{line}")
         try:
             tokens = shlex.split(expanded, comments=True)
         except ValueError as exc:
@@ -124,13 +124,25 @@ def _logical_lines(text: str, name: str) -> list[tuple[int, str]]:
     return out
 
 
-def _expand(text: str, variables: dict[str, str], unset: list[str]) -> str:
+def _expand(text: str, variables: dict[str, str], unset: list[str], where: str) -> str:
+    """``text`` with the script's variables substituted; a line that would grow past
+    MAX_SCRIPT is refused as it grows (``A=$B$B`` twenty times over is a megabyte, forty a
+    terabyte)."""
+    grown = len(text)
+
     def sub(match: re.Match[str]) -> str:
+        nonlocal grown
         var = match.group(1) or match.group(2)
-        if var in variables:
-            return shlex.quote(variables[var]) if variables[var] else "''"
-        unset.append(var)
-        return match.group(0)
+        if var not in variables:
+            unset.append(var)
+            return match.group(0)
+        value = shlex.quote(variables[var]) if variables[var] else "''"
+        grown += len(value)
+        if grown > MAX_SCRIPT:
+            raise PlanError(
+                FIELD, f"{where}: its variables expand to over {MAX_SCRIPT // 2**10} KiB"
+            )
+        return value
 
     return _VAR.sub(sub, text)
 
