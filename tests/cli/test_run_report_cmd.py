@@ -92,6 +92,26 @@ def test_a_broken_calibration_file_is_reported_and_kept(
     assert capsys.readouterr().err == ""
 
 
+def test_calibrating_keeps_the_other_gpus_and_the_keys_it_does_not_know(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    path = calibration_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    other = {"context_bytes": 1, "reserve_fraction": 0.1, "steps": 3, "my_note": "keep"}
+    path.write_text(json.dumps({"format": 1, "gpus": {"NVIDIA L4": other}, "extra": "keep me"}))
+    assert main(["calibrate", str(_cuda_log(tmp_path))]) == 0
+    doc = json.loads(path.read_text())
+    assert doc["extra"] == "keep me" and doc["gpus"]["NVIDIA L4"] == other  # as written
+    assert set(doc["gpus"]) == {"NVIDIA L4", "NVIDIA H100 80GB HBM3"}
+    # a value that is not what its key means is refused, never rewritten as another
+    broken = json.dumps({"format": 1, "gpus": {"NVIDIA L4": {**other, "steps": "many"}}})
+    path.write_text(broken)
+    capsys.readouterr()
+    assert main(["calibrate", str(_cuda_log(tmp_path))]) == 2
+    assert "steps 'many' is not a count of steps (left as it is)" in capsys.readouterr().err
+    assert path.read_text() == broken
+
+
 @pytest.mark.parametrize(
     ("content", "says"),
     [

@@ -9,6 +9,8 @@ Format 1::
 Written atomically (plan_files.atomic_write). A file that cannot be read or parsed raises
 ``CalibrationFileError`` (one line) from ``load_calibrations`` and is never written over:
 saving refuses until the user moves it away, so a calibration is never lost to a broken read.
+Saving rewrites only its own GPU's entry: the others, and keys this version does not know, are
+written back as they were.
 Estimates read it with ``load_calibrations_or_warn``: a broken file counts as absent and a
 broken or implausible entry as missing for that GPU alone, with one warning, so a bad file
 can never stop a plan (least of all one for another GPU).
@@ -128,7 +130,10 @@ def load_calibrations(path: Path | None = None) -> dict[str, Calibration]:
     """Every GPU's calibration (empty when there is no file yet); CalibrationFileError for a
     file, or an entry, that cannot be used (``save_calibration`` then refuses to write)."""
     path = path or calibration_path()
-    doc = _document(path)
+    return _checked(path, _document(path))
+
+
+def _checked(path: Path, doc: dict[str, Any] | None) -> dict[str, Calibration]:
     if doc is None:
         return {}
     where = f"calibration file {show(path)}"
@@ -176,6 +181,8 @@ def _calibration(where: str, gpu: str, entry: Any) -> Calibration:
     if why is not None:
         raise bad(why)
     steps = entry.get("steps", 0)
+    if not isinstance(steps, int) or isinstance(steps, bool) or not 0 <= steps <= 2**63:
+        raise bad(f"steps {shown(steps)} is not a count of steps")
 
     def text(key: str) -> str | None:
         value = entry.get(key)
@@ -194,7 +201,7 @@ def _calibration(where: str, gpu: str, entry: Any) -> Calibration:
         reserve_fraction=float(reserve),
         reserve_correction=None if correction is None else float(correction),
         run=text("run") or "a run",
-        steps=steps if isinstance(steps, int) and 0 <= steps <= 2**63 else 0,
+        steps=steps,
         cuda=text("cuda"),
         torch=text("torch"),
     )
@@ -207,23 +214,22 @@ def save_calibration(cal: Calibration, path: Path | None = None) -> Path:
     why = implausible(cal.gpu, cal.context_bytes, cal.reserve_fraction)
     if why is not None:  # `calibrate` checks first (with the run's figures): never stored
         raise CalibrationFileError(f"calibration of {cal.gpu[:60]!r} refused: {why}")
-    known = load_calibrations(path)  # raises for a broken file: never written over
-    known[cal.gpu] = cal
-    doc = {
-        "format": FORMAT_VERSION,
-        "gpus": {
-            gpu: {
-                "context_bytes": c.context_bytes,
-                "reserve_fraction": round(c.reserve_fraction, 6),
-                "reserve_correction": c.reserve_correction,
-                "run": c.run,
-                "steps": c.steps,
-                "cuda": c.cuda,
-                "torch": c.torch,
-            }
-            for gpu, c in sorted(known.items())
-        },
+    found = _document(path)
+    _checked(path, found)  # raises for a broken file or entry: never written over
+    # The other GPUs' entries and any key this trainmem does not know (a newer one's, the
+    # user's) are written back as they were; only this GPU's entry is new.
+    doc = dict(found or {"format": FORMAT_VERSION})
+    gpus = dict(doc.get("gpus", {}))
+    gpus[cal.gpu] = {
+        "context_bytes": cal.context_bytes,
+        "reserve_fraction": round(cal.reserve_fraction, 6),
+        "reserve_correction": cal.reserve_correction,
+        "run": cal.run,
+        "steps": cal.steps,
+        "cuda": cal.cuda,
+        "torch": cal.torch,
     }
+    doc["gpus"] = dict(sorted(gpus.items()))
     try:
         atomic_write(path, json.dumps(doc, indent=2) + "\n")
     except OSError as exc:
