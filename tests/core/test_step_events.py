@@ -203,3 +203,14 @@ def test_the_loss_runs_in_the_order_a_traced_step_runs_it():
     ]
     fp32 = replace(bf16, precision="fp32").validated()  # no cast: no 16-bit tensor
     assert "A2" not in _logit_pattern(fp32)
+
+
+def test_a_step_with_a_tensor_pytorch_refuses_says_so_in_the_plans_words():
+    # PyTorch refuses any single allocation of 1 EiB or more; a plan whose step holds one
+    # is told by its tokens and batch, on the field to change, never by an event number
+    huge = Plan(model="Qwen/Qwen2.5-0.5B", method="full", seq_len=10_000_000, batch=65536)
+    huge = replace(huge, attn="eager", grad_ckpt=False).validated()
+    with pytest.raises(PlanError) as err:
+        estimate(huge, _spec(huge), runtime="gpu")
+    assert err.value.field == "seq_len" and "event" not in str(err.value)
+    assert "10,000,000 tokens x batch 65,536" in str(err.value)

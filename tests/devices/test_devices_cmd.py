@@ -133,6 +133,18 @@ def test_a_log_cut_mid_record_keeps_new_records_whole(eight_gpus: None, tmp_path
     assert len(log.read_text().splitlines()) == 4
 
 
+@pytest.mark.parametrize(("name", "held"), [("other.csv", "a,b\n1,2\n"), ("x.jsonl", "\xff\x00\n")])
+def test_a_log_never_goes_into_a_file_that_holds_something_else(
+    eight_gpus: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, held: str
+) -> None:
+    log = tmp_path / name
+    log.write_text(held, encoding="latin-1")
+    assert run(["devices", "--json", "--log", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a trainmem-tui devices" in err
+    assert log.read_text(encoding="latin-1") == held
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -55,8 +55,10 @@ def test_broken_file_is_reported_and_left_alone(tmp_path: Path, text: str, needl
 def test_unwritable_folder_is_an_error_not_a_crash(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(PlansFileError, match="cannot write"):
+    with pytest.raises(PlansFileError, match=r"cannot write: .*file is a file, not a folder"):
         save_plans(blocker / "plans.toml", PLANS)
+    with pytest.raises(PlansFileError, match=r"cannot write: .*file is a file, not a folder"):
+        save_plans(blocker / "deeper" / "plans.toml", PLANS)
 
 
 def test_state_paths_follow_the_override(isolated_state: Path) -> None:

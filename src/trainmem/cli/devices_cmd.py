@@ -51,6 +51,7 @@ from trainmem.cli.parser import say
 from trainmem.cli.plan_args import GROUP, add_plan_arguments, plan_from_args, resolve_for_args
 from trainmem.core.errors import PlanError
 from trainmem.core.text import visible
+from trainmem.core.units import shown
 from trainmem.devices import DeviceReading, DeviceSource, Sampler, Snapshot
 
 PROG = "trainmem-tui devices"
@@ -126,7 +127,6 @@ def label_select(text: str) -> str:
 def serve_address(text: str) -> tuple[str, int]:
     """``9400``, ``0.0.0.0:9400`` or ``[::1]:9400`` -> (host, port); 127.0.0.1 by default.
     The host must be an IP address or a host name IDNA can encode (``a..b`` cannot)."""
-    from trainmem.core.units import shown
     from trainmem.devices.promql import check_host
 
     host, sep, port = text.rpartition(":")
@@ -505,6 +505,12 @@ class _Log:
             _require_regular(path, info.st_mode)
             # A log cut off mid-record (a killed writer, a full disk) would glue its partial
             # line to the first new record: start the new records on a line of their own.
+            if info.st_size > 0 and not _is_our_log(path, self.csv):
+                raise UsageError(
+                    f"log {shown(path, 80)} already holds something that is not a "
+                    f"trainmem-tui devices {'CSV' if self.csv else 'JSON Lines'} log; "
+                    "give a new file"
+                )
             self._newline_first = info.st_size > 0 and _last_byte(path, info.st_size) != b"\n"
             if self.csv and info.st_size == 0:
                 self._append(_csv_text([dict(zip(CSV_FIELDS, CSV_FIELDS, strict=True))]), None)
@@ -566,18 +572,34 @@ class _Log:
             raise WriteError(f"cannot write log {self.path!r}: {error.strerror or error}")
 
 
-def _last_byte(path: str, size: int) -> bytes:
-    """The file's last byte (a newline if it cannot be read: then nothing is added)."""
+def _read_at(path: str, size: int, offset: int, unread: bytes) -> bytes:
+    """``size`` bytes of the file from ``offset`` (``unread`` if it cannot be read)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except OSError:
-        return b"\n"
+        return unread
     try:
-        return os.pread(fd, 1, size - 1)
+        return os.pread(fd, size, offset)
     except OSError:
-        return b"\n"
+        return unread
     finally:
         os.close(fd)
+
+
+def _last_byte(path: str, size: int) -> bytes:
+    """The file's last byte (a newline if it cannot be read: then nothing is added)."""
+    return _read_at(path, 1, size - 1, b"\n")
+
+
+def _is_our_log(path: str, csv_log: bool) -> bool:
+    """Whether a file that holds something is a log to append to: its first line is our CSV
+    header, or a JSON object (JSON Lines), so samples never go under a stranger's header."""
+    first = _read_at(path, 64 * 1024, 0, b"").split(b"\n", 1)[0].rstrip(b"\r")
+    if not first:
+        return True  # unreadable here: the open says why, or a cut-off start
+    if csv_log:
+        return first.decode("utf-8", "replace") == ",".join(CSV_FIELDS)
+    return first.lstrip().startswith(b"{")
 
 
 def _require_regular(path: str, mode: int) -> None:

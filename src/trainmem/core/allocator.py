@@ -268,6 +268,14 @@ class Oom:
         )
 
 
+class BeyondPyTorch(ValueError):
+    """A request of ONE_EXA_BYTES or more, which PyTorch refuses before its allocator sees it."""
+
+    def __init__(self, event: int, size: int) -> None:
+        self.size = size
+        super().__init__(f"event {event}: {size} bytes is beyond what PyTorch accepts")
+
+
 class OutOfMemory(Exception):
     def __init__(self, oom: Oom) -> None:
         super().__init__(oom.message())
@@ -751,7 +759,7 @@ def _run(
             if type(size) is not int or size < 0:  # bool is not int by type
                 raise ValueError(f"event {index}: size {size!r} is not a byte count")
             if size >= ONE_EXA_BYTES:
-                raise ValueError(f"event {index}: {size} bytes is beyond what PyTorch accepts")
+                raise BeyondPyTorch(index, size)
             try:  # a size of 0 never reaches the allocator (NativeCachingAllocator::allocate)
                 live[event.id] = allocator.malloc(size, event.stream) if size else None
             except OutOfMemory as exc:

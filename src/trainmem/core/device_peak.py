@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from trainmem.core.alloc_conf import AllocatorConfig
-from trainmem.core.allocator import Alloc, Event, Oom, simulate
+from trainmem.core.allocator import Alloc, BeyondPyTorch, Event, Oom, simulate
 from trainmem.core.architecture import ModelSpec
+from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
 from trainmem.core.step import Step
 from trainmem.core.step_events import MOMENTS, step_events
@@ -107,7 +108,15 @@ def _device_peak(
         {name: index + added if index >= built.loaded else index for name, index in m.items()}
         for m in built.moments
     )
-    sim = simulate(sequence, capacity=capacity, config=config, peak_segments=False)
+    try:
+        sim = simulate(sequence, capacity=capacity, config=config, peak_segments=False)
+    except BeyondPyTorch as exc:  # the plan's words, not the event's
+        raise PlanError(
+            "seq_len",
+            f"at {plan.seq_len:,} tokens x batch {plan.batch:,} one tensor of the step would "
+            f"be {exc.size:.3g} bytes; PyTorch refuses any allocation of 1 EiB or more "
+            "(c10/cuda/CUDACachingAllocator.cpp NativeCachingAllocator::allocate)",
+        ) from None
     at = sim.peak_event
     return DevicePeak(
         reserved=sim.peak_reserved,

@@ -94,7 +94,8 @@ def check_select(text: str) -> str:
     text = text.strip().removeprefix("{").removesuffix("}").strip()
     if text and not _SELECT.fullmatch(text):
         raise ValueError(
-            f'{text!r} is not a list of label matchers such as job="dcgm",Hostname=~"node-.*"'
+            f"{shown(text, 120)} is not a list of label matchers such as "
+            'job="dcgm",Hostname=~"node-.*"'
         )
     return text.rstrip().rstrip(",").strip()
 

@@ -10,6 +10,7 @@ it at a temporary folder with ``TRAINMEM_STATE_DIR``.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import tempfile
@@ -25,7 +26,7 @@ from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
 from trainmem.core.text import visible
 from trainmem.core.units import shown
-from trainmem.sources.files import FileReadError, MissingFileError, read_text
+from trainmem.sources.files import FileReadError, MissingFileError, read_text, show
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -238,7 +239,15 @@ def _keep_aside(path: Path) -> str:
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to a temp file beside ``path``, flush it to disk, then rename it over
     ``path``: readers see the old file or the new one, never a part. Raises OSError."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # the OS says only "File exists"
+        blocking = next((p for p in (path.parent, *path.parent.parents) if p.is_file()), None)
+        if blocking is None:
+            raise
+        raise NotADirectoryError(
+            errno.ENOTDIR, f"{show(blocking)} is a file, not a folder"
+        ) from None
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -254,3 +254,29 @@ def test_trl_accelerate_config_in_the_config_file(tmp_path, monkeypatch):
     v = plan.values
     assert (v["strategy"], v["fsdp_version"], v["gpus"]) == ("fsdp", 2, 4)
     assert plan.origins["gpus"] == "--from-args --num_processes"
+
+
+def test_a_plans_file_given_as_a_config_says_where_it_opens(tmp_path):
+    plans = write(tmp_path, "plans.toml", '[[plans]]\nname = "a"\nmodel = "Qwen/Qwen2.5-7B"\n')
+    with pytest.raises(PlanError, match=r"plans.toml: a .toml file is a trainmem plans file"):
+        read_configs([plans])
+
+
+@pytest.mark.parametrize("command", ["ls -la", "./train --lr 1e-4", "echo trl sft"])
+def test_a_command_that_runs_no_training_program_is_refused(command):
+    # read as TrainingArguments it would plan the defaults, and `--check` would pass on it
+    from trainmem.sources.configs.detect import read_command
+
+    with pytest.raises(PlanError, match="is no training program"):
+        read_command(command)
+
+
+def test_a_config_naming_a_file_with_a_nul_byte_says_which_key(tmp_path):
+    config = write(
+        tmp_path,
+        "a.yaml",
+        "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_target_linear: true\n"
+        'deepspeed: "a\\u0000b.json"\n',
+    )
+    with pytest.raises(PlanError, match=r"a.yaml:4 deepspeed: no such file: .*a\x00b\.json"):
+        read_configs([config])

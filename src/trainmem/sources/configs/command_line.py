@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainmem.core.errors import PlanError
+from trainmem.core.units import shown
 
 NAME = "--from-args"
 # Launcher options that take no value (accelerate/commands/launch.py, torchrun, deepspeed).
@@ -56,6 +57,10 @@ class Command:
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
 
+# The training programs run without a launcher or python (each CLI's console script).
+_PROGRAMS = frozenset({"trl", "llamafactory-cli", "lmf", "axolotl", "mlx_lm", "mlx_lm.lora"})
+
+
 def parse(text: str, name: str = NAME) -> Command:
     try:
         tokens = shlex.split(text)
@@ -79,13 +84,23 @@ def parse(text: str, name: str = NAME) -> Command:
                 raise PlanError(name, "accelerate: only `accelerate launch ...` is read")
             tokens.pop(0)
         tokens = _launcher_options(tokens, cmd.launcher_args)
-    if tokens and tokens[0] in ("python", "python3"):
+    by_python = bool(tokens) and tokens[0] in ("python", "python3")
+    if by_python:
         tokens.pop(0)
     if tokens and tokens[0] == "-m":
         tokens.pop(0)
+        by_python = True
     if not tokens:
         raise PlanError(name, "names no program after the launcher")
     head = tokens.pop(0)
+    if not (cmd.launcher or by_python or head.endswith(".py") or head in _PROGRAMS):
+        # `--from-args "ls -la"` read as TrainingArguments would plan the defaults, and a
+        # launch guard (--check) would pass on it
+        raise PlanError(
+            name,
+            f"{shown(head, 80)} is no training program: give the command that trains "
+            '(e.g. "trl sft ...", "accelerate launch train.py ...", "python train.py ...")',
+        )
     if head in ("trl", "llamafactory-cli", "axolotl", "lmf", "mlx_lm") and tokens:
         head = f"{head} {tokens.pop(0)}"
         if (

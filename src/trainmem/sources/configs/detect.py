@@ -82,7 +82,7 @@ def _reading(path: Path, named_by: str | None) -> Iterator[None]:
     chain = _OPEN.get()
     try:
         key = path.resolve()
-    except (OSError, RuntimeError):  # a symlink loop: read_doc says what it is
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte: read_doc says
         key = path
     where = f"{named_by}: " if named_by else ""
     if key in chain:

@@ -24,6 +24,13 @@ MAX_CONFIG = 4 * 2**20  # training configs are kilobytes; a larger file is somet
 
 def read_doc(path: Path, *, what: str = "config file") -> Doc:
     """The parsed file at ``path``; PlanError (one line) for anything unreadable."""
+    if path.suffix.lower() == ".toml":  # no framework's training config is TOML; ours is
+        raise PlanError(
+            FIELD,
+            f"{files.show(path)}: a .toml file is a trainmem plans file, not a training config: "
+            f"open it with trainmem-tui --compare {files.show(path)} (--from reads YAML, JSON, "
+            "launch scripts and Unsloth scripts)",
+        )
     try:
         text = files.read_text(path, limit=MAX_CONFIG, what=what)
     except files.FileReadError as exc:

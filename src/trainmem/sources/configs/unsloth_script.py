@@ -118,7 +118,9 @@ def _parse(text: str, name: str) -> ast.Module:
         why = " ".join(str(exc.msg).split())
         raise PlanError(FIELD, f"{name}:{exc.lineno or 1}: not valid Python: {why}") from None
     except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
-        why = "nested too deeply" if isinstance(exc, RecursionError) else " ".join(str(exc).split())
+        # CPython's parser raises MemoryError, with no text, for a deep enough expression
+        deep = isinstance(exc, (RecursionError, MemoryError)) or not str(exc).strip()
+        why = "nested too deeply" if deep else " ".join(str(exc).split())
         raise PlanError(FIELD, f"{name}: not valid Python: {why[:120]}") from None
 
 
