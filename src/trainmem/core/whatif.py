@@ -275,9 +275,9 @@ def _smallest_count(
     count where sharding divides it but rises with NCCL's buffers (more peers), and never
     falls for DDP, so over the whole range it is not monotone and a bisection from the far
     end would call a plan that fits on 8 GPUs unfit because 1,024 do not. So it gallops up
-    from 1 (1, 2, 4, ... and ``first``; a count far too small is settled by its lower bound,
-    unsimulated) to the first count that fits, then searches the bracket below it, where
-    sharding's fall is what moves the need."""
+    (1, 2, 4, ... and ``first``) on the quick figure to the first count that seems to fit,
+    simulates from there up to the first that does (stopping where more would not need
+    less), and searches below that one, where sharding's fall is what moves the need."""
     seen: dict[tuple[int, bool], int] = {}
 
     def cached(n: int, exact: bool) -> int:
@@ -287,13 +287,21 @@ def _smallest_count(
 
     doubling = {min(1 << k, limit) for k in range(limit.bit_length() + 1)}
     probes = sorted(doubling | ({first} if first is not None and 1 <= first <= limit else set()))
-    below = 0  # the largest probe that did not fit
-    for n in probes:
-        if cached(n, True) <= usable:
-            own = first if first is not None and below < first <= n else None
-            return _search(cached, usable, below + 1, n, largest=False, first=own)
-        below = n
-    return None
+    quick = [n for n in probes if cached(n, False) <= usable]
+    # none seems to fit: the count that needs least is the one chance, settled by simulating
+    start = probes.index(quick[0] if quick else min(probes, key=lambda n: cached(n, False)))
+    # the plan's own count, when it fits (its simulation is the report's), bounds the answer
+    known = first if first is not None and cached(first, True) <= usable else None
+    for at, top in enumerate(probes[start:], start):
+        if cached(top, True) <= usable:
+            break
+        following = probes[at + 1] if at + 1 < len(probes) else None
+        if following is None or (
+            cached(following, False) >= cached(top, False) and (known is None or top > known)
+        ):
+            return None  # more would not need less (DDP, or NCCL outgrowing the sharding)
+    own = first if first is not None and first <= top else None
+    return _search(cached, usable, 1, top, largest=False, first=own)
 
 
 def _sharding_options(
