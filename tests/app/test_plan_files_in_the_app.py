@@ -108,3 +108,25 @@ async def test_open_of_a_partly_invalid_file_keeps_it_from_being_saved_over(
         said = [n.message for n in app._notifications]
     assert any("plan 2 (bad)" in m for m in said) and any("not overwritten" in m for m in said)
     assert path.read_text() == GOOD + BAD
+
+
+async def test_a_typed_path_no_file_can_have_is_a_toast_not_a_crash(
+    demo_app: Callable[..., TrainmemApp], tmp_path: Path
+) -> None:
+    # Path.expanduser raised RuntimeError for an unknown ~user, resolve() ValueError for NUL
+    config = tmp_path / "axolotl.yml"
+    config.write_text("base_model: x\n")
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        for typed in ("~no-such-user-here/p.toml", "a\x00b.toml", "a\x00b.yaml"):
+            app._save_to(typed)
+            app._open_from(typed)
+            await settle(app, pilot)
+        app._save_to(str(config))  # a training config typed at the save prompt
+        await settle(app, pilot)
+        said = [str(n.message) for n in app._notifications]
+    assert sum("no such user" in m for m in said) == 2
+    assert sum("cannot hold a NUL byte" in m for m in said) == 4
+    assert any("not a plans file" in m for m in said)
+    assert config.read_text() == "base_model: x\n"

@@ -122,3 +122,36 @@ def test_a_plans_path_that_is_not_a_file_is_refused_at_once(tmp_path: Path, kind
         path = Path("/dev/zero")
     with pytest.raises(PlansFileError, match="not a regular file"):
         load_plans(path)
+
+
+def test_saving_never_replaces_what_is_not_a_plans_file(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    fifo = tmp_path / "pipe.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(PlansFileError, match="not a regular file"):
+        save_plans(fifo, PLANS)  # the rename would have put a file in the FIFO's place
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    config = tmp_path / "axolotl.yml"
+    config.write_text("base_model: x\n")
+    with pytest.raises(PlansFileError, match="not a plans file"):
+        save_plans(config, PLANS)
+    assert config.read_text() == "base_model: x\n"
+    other = tmp_path / "pyproject.toml"
+    other.write_text('[project]\nname = "x"\n')
+    with pytest.raises(PlansFileError, match="not a plans file"):
+        save_plans(other, PLANS)
+    ours = tmp_path / "plans.toml"
+    save_plans(ours, PLANS)
+    save_plans(ours, PLANS)  # its own file, again
+    assert load_plans(ours).plans == PLANS.plans
+
+
+def test_saving_through_a_symlink_writes_its_target(tmp_path: Path) -> None:
+    real = tmp_path / "real.toml"
+    save_plans(real, PLANS)
+    link = tmp_path / "link.toml"
+    link.symlink_to(real)
+    save_plans(link, PLANS)
+    assert link.is_symlink() and load_plans(real).plans == PLANS.plans

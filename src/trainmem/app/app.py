@@ -37,6 +37,7 @@ from trainmem.app.screens.plan import PlanScreen
 from trainmem.app.session import SessionFile
 from trainmem.app.state import DashboardState
 from trainmem.planner.report import Report
+from trainmem.sources.files import FileReadError, show, typed_path
 from trainmem.sources.paths import session_path
 from trainmem.sources.plan_files import (
     PlanSet,
@@ -258,7 +259,7 @@ class TrainmemApp(App[None]):
         if self._data is not None:
             self._scan_data(*self._data, self.state.workspace.current.plan.model)
         if self._background is not None:
-            self.notify(f"Reading the plans in {self._background}…", timeout=4)
+            self.notify(f"Reading the plans in {show(self._background)}…", timeout=4)
             session = self.state.plans_path != self._background
             self._open_plans(self._background, session=session, keep=self._flags_plans)
 
@@ -338,13 +339,24 @@ class TrainmemApp(App[None]):
 
         self.push_screen(PromptScreen("Save plans to", str(self.state.plans_path)), self._save_to)
 
+    def typed_path(self, text: str | None) -> Path | None:
+        """The path typed into a prompt (open, save, export, tail), or None: nothing typed,
+        or a path no file can have (an unknown ~user, a NUL byte), said in a toast."""
+        if not text or not text.strip():
+            return None
+        try:
+            return typed_path(text)
+        except FileReadError as exc:
+            self.notify(str(exc), severity="error", timeout=8)
+            return None
+
     def _save_to(self, text: str | None) -> None:
-        if not text:
+        path = self.typed_path(text)
+        if path is None:
             return
-        path = Path(text).expanduser()
         if path.resolve() in self.state.broken_paths:
             self.notify(
-                f"{path} could not be read when loaded, so it is not overwritten. "
+                f"{show(path)} could not be read when loaded, so it is not overwritten. "
                 "Fix it or save under another name.",
                 severity="error",
                 timeout=8,
@@ -394,11 +406,11 @@ class TrainmemApp(App[None]):
             self.session.read_too(opened.plan_set.plans)
         else:
             self.state.plans_path = path
-        self.notify(f"Opened {len(opened.plan_set.plans):,} plans from {path}", timeout=4)
+        self.notify(f"Opened {len(opened.plan_set.plans):,} plans from {show(path)}", timeout=4)
 
     def on_plans_saved(self, message: PlansSaved) -> None:
         self.state.plans_path = Path(message.path)
-        self.notify(f"Saved {message.count} plans to {message.path}", timeout=4)
+        self.notify(f"Saved {message.count} plans to {show(message.path)}", timeout=4)
 
     def action_open(self) -> None:
         from trainmem.app.screens.prompt import PromptScreen
@@ -409,9 +421,9 @@ class TrainmemApp(App[None]):
         )
 
     def _open_from(self, text: str | None) -> None:
-        if not text:
+        path = self.typed_path(text)
+        if path is None:
             return
-        path = Path(text).expanduser()
         if is_training_config(path):
             self._open_config(WatchedConfig.of([path]))
         else:
@@ -424,7 +436,7 @@ class TrainmemApp(App[None]):
         snapshot = self.state.snapshot
         return snapshot is None or not any(d.kind == "gpu" for d in snapshot.devices)
 
-    def watch_run_log(self, path: str | Path) -> None:
+    def watch_run_log(self, path: Path) -> None:
         """Tail one more probe log (the monitor's action)."""
         self.run_pollers.append(RunLogPoller(path))
         self._start_watching()
@@ -549,7 +561,8 @@ class TrainmemApp(App[None]):
         path = self.session.path
         if path.resolve() in self.state.broken_paths:
             return [
-                f"could not keep the open plans: {path} was unreadable at start; left as it was"
+                f"could not keep the open plans: {show(path)} was unreadable at start; "
+                "left as it was"
             ]
         try:
             _written, note = self.session.save(self.state.workspace.to_plan_set())

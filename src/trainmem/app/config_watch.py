@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainmem.core.plan import Plan
+from trainmem.sources.files import show
 
 Stamp = tuple[int, int] | None  # (mtime in ns, size), None while the file is missing
 
@@ -21,7 +22,7 @@ Stamp = tuple[int, int] | None  # (mtime in ns, size), None while the file is mi
 def _stamp(path: Path) -> Stamp:
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL byte in the name
         return None
     return (st.st_mtime_ns, st.st_size)
 
@@ -75,7 +76,7 @@ class WatchedConfig:
         return plan_from_config(config, self.flags), config.unmodelled
 
     def names(self) -> str:
-        return ", ".join(p.name for p in self.files) or "the command line"
+        return ", ".join(show(p.name) for p in self.files) or "the command line"
 
 
 def is_training_config(path: Path) -> bool:

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from trainmem.core.text import visible
+
 MAX_DEPTH = 64
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -42,8 +44,9 @@ class MissingFileError(FileReadError):
 
 
 def show(path: Path | str) -> str:
-    """A path for a one-line message: long ones (a 300-character part) are shortened."""
-    text = str(path).replace("\n", "\\n")
+    """A path for a one-line message: control characters written out (a file name may hold
+    ESC), long ones (a 300-character part) shortened."""
+    text = visible(str(path).replace("\n", "\\n"))
     return text if len(text) <= 120 else f"{text[:60]}...{text[-50:]}"
 
 
@@ -55,6 +58,15 @@ def expand(text: str | Path) -> Path:
         user = text[1:].split(os.sep, 1)[0]
         raise MissingFileError(f"{show(text)}: no such user {user!r}")
     return Path(expanded)
+
+
+def typed_path(text: str) -> Path:
+    """A path the user typed (the dashboard's open, save, export and tail prompts): ``~``
+    expanded, and FileReadError, one line, for an unknown ``~user`` or a NUL byte (which no
+    file name can hold: os.stat would raise)."""
+    if "\x00" in text:
+        raise FileReadError(f"{show(text)}: a file name cannot hold a NUL byte")
+    return expand(text.strip())
 
 
 def reason(exc: OSError) -> str:

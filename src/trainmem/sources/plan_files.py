@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 import tempfile
 import time
@@ -26,6 +27,7 @@ from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan
 from trainmem.core.text import visible
 from trainmem.core.units import shown
+from trainmem.sources import files
 from trainmem.sources.files import FileReadError, MissingFileError, read_text, show
 
 if sys.version_info >= (3, 11):
@@ -46,7 +48,7 @@ class PlansFileError(Exception):
     def __init__(self, path: Path, message: str) -> None:
         self.path = path
         self.message = message
-        super().__init__(f"{path}: {message}")
+        super().__init__(f"{show(path)}: {message}")
 
 
 @dataclass(frozen=True)
@@ -205,10 +207,11 @@ def open_plans(path: Path, *, session: bool, progress: Progress | None = None) -
     try:
         plan_set = load_plans(path, progress)
     except PlansFileError as exc:
-        if not path.exists():
+        if _absent(path):
             if session:
                 return Opened(None)
-            return Opened(None, (("information", f"{path} does not exist yet; Save creates it"),))
+            told = f"{show(path)} does not exist yet; Save creates it"
+            return Opened(None, (("information", told),))
         if session:
             return Opened(None, (("error", f"{exc}. {_keep_aside(path)}"),))
         return Opened(None, (("error", f"{exc}. The file is left untouched."),), (path,))
@@ -216,7 +219,7 @@ def open_plans(path: Path, *, session: bool, progress: Progress | None = None) -
         return Opened(plan_set)
     kept = len(plan_set.plans)
     told = (
-        f"{path}: opened the {kept:,} valid plans of {kept + len(plan_set.problems):,}; "
+        f"{show(path)}: opened the {kept:,} valid plans of {kept + len(plan_set.problems):,}; "
         f"{problems_text(plan_set)}."
     )
     if session:
@@ -224,6 +227,14 @@ def open_plans(path: Path, *, session: bool, progress: Progress | None = None) -
     # Never written over: saving it would drop the plans that did not load.
     note = "The file is left untouched: Save writes it only under another name."
     return Opened(plan_set, (("error", f"{told} {note}"),), (path,))
+
+
+def _absent(path: Path) -> bool:
+    """Nothing at ``path`` (a name the OS refuses, too long, is not absent: it is an error)."""
+    try:
+        return not path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _keep_aside(path: Path) -> str:
@@ -238,7 +249,21 @@ def _keep_aside(path: Path) -> str:
 
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to a temp file beside ``path``, flush it to disk, then rename it over
-    ``path``: readers see the old file or the new one, never a part. Raises OSError."""
+    ``path``: readers see the old file or the new one, never a part. Raises OSError.
+
+    A symlink is followed (its target is written, the link kept); anything there but a
+    regular file (a device such as /dev/null, a FIFO, a folder) is refused, since the rename
+    would replace the node itself."""
+    path = path.resolve()  # follows symlinks, dangling ones too
+    try:
+        there = files.kind(path)
+    except files.FileReadError as exc:  # a name the OS refuses, no permission
+        raise OSError(errno.EACCES, str(exc)) from None
+    if there not in (None, "file"):
+        raise IsADirectoryError(
+            errno.EISDIR if there == "dir" else errno.EINVAL,
+            f"{show(path)} is {'a folder' if there == 'dir' else 'not a regular file'}",
+        )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):  # the OS says only "File exists"
@@ -260,8 +285,33 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
+_PLANS_FILE = re.compile(rb"^\s*(\[\[plans\]\]|version\s*=|selected\s*=)", re.M)
+
+
+def _holds_other_data(path: Path) -> bool:
+    """Whether ``path`` holds something that is not a plans file (a training config typed
+    at the save prompt): saving must not replace it."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(64 * 1024)
+    except (OSError, ValueError):
+        return False  # nothing there, or unreadable: the write says why
+    if not head.strip():
+        return False
+    return path.suffix.lower() != ".toml" or _PLANS_FILE.search(head) is None
+
+
 def save_plans(path: Path, plan_set: PlanSet) -> None:
-    """Write atomically. Raises PlansFileError when the folder or file cannot be written."""
+    """Write atomically. Raises PlansFileError when the folder or file cannot be written, or
+    when the file there holds something else (it is never replaced)."""
+    try:
+        other = files.kind(path) == "file" and _holds_other_data(path.resolve())
+    except files.FileReadError:
+        other = False  # a dangling link or a refused name: the write follows or says why
+    if other:
+        raise PlansFileError(
+            path, "holds something that is not a plans file (.toml); not written over"
+        )
     try:
         atomic_write(path, to_toml(plan_set))
     except OSError as exc:

@@ -278,5 +278,5 @@ def test_a_config_naming_a_file_with_a_nul_byte_says_which_key(tmp_path):
         "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_target_linear: true\n"
         'deepspeed: "a\\u0000b.json"\n',
     )
-    with pytest.raises(PlanError, match=r"a.yaml:4 deepspeed: no such file: .*a\x00b\.json"):
+    with pytest.raises(PlanError, match=r"a.yaml:4 deepspeed: no such file: .*a\\x00b\.json"):
         read_configs([config])

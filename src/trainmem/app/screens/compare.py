@@ -353,8 +353,9 @@ class CompareScreen(Screen[None]):
         default = Path.cwd() / f"trainmem-comparison.{kind}"
 
         def chosen(text: str | None) -> None:
-            if text:
-                self._export(kind, Path(text).expanduser())
+            path = self.app.typed_path(text)
+            if path is not None:
+                self._export(kind, path)
 
         what = "Markdown" if kind == "md" else "JSON"
         self.app.push_screen(

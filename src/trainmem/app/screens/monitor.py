@@ -149,9 +149,10 @@ class MonitorScreen(Screen[None]):
         from trainmem.app.screens.prompt import PromptScreen
 
         def chosen(text: str | None) -> None:
-            if text:
-                self.app.watch_run_log(text)
-                self.notify(f"Tailing {text}", timeout=3)
+            path = self.app.typed_path(text)
+            if path is not None:
+                self.app.watch_run_log(path)
+                self.notify(f"Tailing {visible(str(path))}", timeout=3)
 
         # The probe's default base path: it finds every rank's file (trainmem-run.rank0.jsonl...).
         self.app.push_screen(PromptScreen("Tail the run log", "trainmem-run.jsonl"), chosen)
