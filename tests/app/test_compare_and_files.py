@@ -138,3 +138,28 @@ def test_plans_file_round_trips_through_the_store(tmp_path: Path) -> None:
     path = tmp_path / "p.toml"
     save_plans(path, demo_plan_set())
     assert load_plans(path) == demo_plan_set()
+
+
+async def test_a_screen_workers_failure_reaches_the_one_error_handler(
+    demo_app: Callable[..., TrainmemApp], monkeypatch, tmp_path
+) -> None:
+    # Textual posts a worker's state to the screen that started it and does not bubble it
+    import trainmem.app.screens.compare as compare
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("the exporter broke")
+
+    monkeypatch.setattr(compare, "to_markdown", broken)
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("f3")
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        screen._export("md", tmp_path / "out.md")
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        said = [str(n.message) for n in app._notifications]
+    assert any("RuntimeError: the exporter broke" in m for m in said), said

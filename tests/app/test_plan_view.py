@@ -263,3 +263,21 @@ async def test_a_multi_gpu_plan_opens_with_the_gpu_section_open(
         assert not app.screen.query_one("#gpus", Collapsible).collapsed
         assert app.screen.query_one("#f-gpus", Input).value == "8"
         assert shown_plan(app).strategy == "fsdp"
+
+
+async def test_a_plan_only_the_simulation_refuses_is_flagged_on_its_field(
+    demo_app: Callable[..., TrainmemApp],
+) -> None:
+    # valid field by field, but one tensor of its step is over 1 EiB: the worker's PlanError
+    # was dropped (Textual does not bubble a screen worker's state) and "simulating..." and
+    # "Working out what fits..." stayed for good
+    app = demo_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        for name, value in (("seq_len", 10_000_000), ("batch", 4096), ("attn", "eager")):
+            set_field(app, name, value)
+            await settle(app, pilot)
+        form = app.screen.query_one(PlanForm)
+        assert "PyTorch refuses any allocation of 1 EiB" in (form.error("seq_len") or "")
+        assert app.screen.query_one(Breakdown).has_class("-stale")
+        assert not app.screen.query_one("#whatif", Static).display

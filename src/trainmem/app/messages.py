@@ -60,6 +60,17 @@ class RowsSimulated(Message):
         self.after = after
 
 
+class Refused(Message):
+    """``plan`` turned out to be one the estimate refuses only once simulated (a tensor
+    PyTorch would not allocate): shown on its field, like any bad value."""
+
+    def __init__(self, plan: Plan, field: str, message: str) -> None:
+        super().__init__()
+        self.plan = plan
+        self.field = field
+        self.message = message
+
+
 class Solved(Message):
     """What-if and advice for ``plan``; ignored if the plan changed meanwhile."""
 

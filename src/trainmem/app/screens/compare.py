@@ -10,11 +10,11 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from trainmem.app import planning
 from trainmem.app.messages import ModelResolved, RowsSimulated
+from trainmem.app.screens.base import AppScreen
 from trainmem.app.screens.prompt import PromptScreen
 from trainmem.app.widgets.bars import stacked_bar, verdict_text
 from trainmem.app.widgets.breakdown import short_model
@@ -25,10 +25,11 @@ from trainmem.core.plan import FIELDS_BY_NAME
 from trainmem.core.units import fmt_bytes
 from trainmem.planner.export import Row, differs, field_rows, to_json, to_markdown
 from trainmem.planner.naming import fit_name
+from trainmem.sources.files import show
 from trainmem.sources.plan_files import atomic_write
 
 if TYPE_CHECKING:
-    from trainmem.app.dashboard import Dashboard
+    pass
 
 FIXED_COLUMNS = 50  # every column but the bar and the name: widths, padding, border, scrollbar
 NAME_WIDTH = 16  # the name column at its narrowest
@@ -38,7 +39,7 @@ PAGE = 100
 SIDE_BY_SIDE = 12  # plans in the components table: wider is unreadable
 
 
-class CompareScreen(Screen[None]):
+class CompareScreen(AppScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         # Enter works too (the table's row selection); "e" is what the key bar can show.
         Binding(
@@ -93,8 +94,6 @@ class CompareScreen(Screen[None]):
             "]", "page(1)", "Next page", tooltip=f"The next {PAGE} plans", id="compare.next_page"
         ),
     ]
-
-    app: Dashboard  # type: ignore[assignment]  (the App, typed by what screens use)
 
     def __init__(self) -> None:
         super().__init__()
@@ -385,7 +384,9 @@ class CompareScreen(Screen[None]):
             atomic_write(path, text)
         except OSError as exc:
             self.app.call_from_thread(
-                self.notify, f"{path}: cannot write: {exc.strerror or exc}", severity="error"
+                self.notify, f"{show(path)}: cannot write: {exc.strerror or exc}", severity="error"
             )
             return
-        self.app.call_from_thread(self.notify, f"Exported {len(rows)} plans to {path}", timeout=4)
+        self.app.call_from_thread(
+            self.notify, f"Exported {len(rows)} plans to {show(path)}", timeout=4
+        )

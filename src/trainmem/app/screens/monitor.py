@@ -10,9 +10,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
+from trainmem.app.screens.base import AppScreen
 from trainmem.app.widgets.devices import (
     LOW_FREE_FRACTION,
     DevicesPanel,
@@ -28,7 +28,6 @@ from trainmem.planner.run_report import difference, size
 from trainmem.planner.summary import plan_line
 
 if TYPE_CHECKING:
-    from trainmem.app.dashboard import Dashboard
     from trainmem.app.runs import RunSeen
     from trainmem.planner.run_report import RankReport
 
@@ -81,7 +80,7 @@ def closest_to_full(devices: Sequence[DeviceReading]) -> DeviceReading | None:
     return min(gpus, key=lambda d: d.free_bytes or 0, default=None)
 
 
-class MonitorScreen(Screen[None]):
+class MonitorScreen(AppScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
             "r",
@@ -105,8 +104,6 @@ class MonitorScreen(Screen[None]):
             id="monitor.run_plan",
         ),
     ]
-
-    app: Dashboard  # type: ignore[assignment]  (the App, typed by what screens use)
 
     def compose(self) -> ComposeResult:
         yield Static(id="monitor-plan", markup=False)

@@ -11,12 +11,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.command import CommandPalette, Provider
 from textual.containers import Horizontal, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
 from trainmem.app import planning
-from trainmem.app.messages import ModelResolved, Simulated, Solved
+from trainmem.app.messages import ModelResolved, Refused, Simulated, Solved
+from trainmem.app.screens.base import AppScreen
 from trainmem.app.targets import snapshot_targets
 from trainmem.app.widgets.breakdown import Breakdown, headline_text
 from trainmem.app.widgets.devices import DevicesPanel
@@ -30,7 +30,6 @@ from trainmem.planner.naming import fit_name
 from trainmem.planner.report import Report, Stale
 
 if TYPE_CHECKING:
-    from trainmem.app.dashboard import Dashboard
     from trainmem.core.calibration import Calibration
     from trainmem.devices.snapshot import Snapshot
 
@@ -46,7 +45,7 @@ def _model_commands() -> type[Provider]:
     return ModelCommands
 
 
-class PlanScreen(Screen[None]):
+class PlanScreen(AppScreen):
     # Priority bindings, with ids for the keymap file: see TrainmemApp.BINDINGS.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
@@ -100,8 +99,6 @@ class PlanScreen(Screen[None]):
     ]
 
     COMMANDS: ClassVar[set[type[Provider] | Callable[[], type[Provider]]]] = {_model_commands}
-
-    app: Dashboard  # type: ignore[assignment]  (the App, typed by what screens use)
 
     def __init__(self) -> None:
         super().__init__()
@@ -318,14 +315,27 @@ class PlanScreen(Screen[None]):
         worker = get_current_worker()
         if worker.is_cancelled:  # typed on before this thread began
             return
-        self.post_message(Simulated(plan, planning.simulated(plan, spec, snapshot, calibrations)))
+        try:
+            simulated = planning.simulated(plan, spec, snapshot, calibrations)
+        except PlanError as exc:
+            self.post_message(Refused(plan, exc.field, exc.message))
+            return
+        self.post_message(Simulated(plan, simulated))
         try:  # a worker cancelled by a newer edit stops at the next search
             solved = planning.solve(
                 plan, spec, snapshot, calibrations, stop=lambda: worker.is_cancelled
             )
         except Stale:
             return
+        except PlanError as exc:
+            self.post_message(Refused(plan, exc.field, exc.message))
+            return
         self.post_message(Solved(plan, solved))
+
+    def on_refused(self, message: Refused) -> None:
+        if self._report is not None and message.plan == self._report.estimate.plan:
+            self._invalid({message.field: message.message})
+            self.query_one(Breakdown).stop_solving()
 
     def on_simulated(self, message: Simulated) -> None:
         if self._report is not None and message.plan == self._report.estimate.plan:

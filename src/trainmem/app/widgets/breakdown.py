@@ -297,6 +297,10 @@ class Breakdown(Vertical):
         notes.update(Text("\n".join(f"* {n}" for n in est.notes), style="dim"))
         notes.display = bool(est.notes)
 
+    def stop_solving(self) -> None:
+        """No answers are coming (the simulation refused the plan): no "Working out..."."""
+        self.query_one("#whatif", Static).display = False
+
     def show_solution(self, report: Report) -> None:
         """The what-if answers and advice for the first device (computed off the UI thread)."""
         whatif = self.query_one("#whatif", Static)
