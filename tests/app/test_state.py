@@ -76,3 +76,19 @@ def test_every_change_of_the_open_plans_is_announced_once_from_the_workspace():
     assert len(calls) == 6
     assert not Workspace(None, lambda: calls.append("x")).delete(0)  # nothing changed
     assert len(calls) == 6
+
+
+def test_a_rename_is_stored_as_a_name_read_from_a_file() -> None:
+    # escapes written out and cut to 200 characters, as a plans file's name is on reading,
+    # so what the compare table shows is what a save and a reload give back
+    from pathlib import Path
+
+    from trainmem.app.workspace import Workspace
+    from trainmem.core.plan import Plan
+    from trainmem.sources.plan_files import NamedPlan, PlanSet, from_toml, to_toml
+
+    ws = Workspace(PlanSet((NamedPlan("a", Plan()),)))
+    ws.rename(0, "x\x1b]0;PWNED\x07\u202e" + "y" * 10_000)
+    name = ws.plans[0].name
+    assert "\x1b" not in name and "\\x1b" in name and len(name) == 200
+    assert from_toml(to_toml(ws.to_plan_set()), Path("p.toml")).plans[0].name == name

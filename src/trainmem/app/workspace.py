@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from trainmem.core.plan import Plan
 from trainmem.planner.naming import default_names
-from trainmem.sources.plan_files import NamedPlan, PlanSet
+from trainmem.sources.plan_files import NamedPlan, PlanSet, plan_label
 
 
 class Workspace:
@@ -115,8 +115,10 @@ class Workspace:
         return self.selected
 
     def rename(self, index: int, name: str) -> None:
-        """A name of the user's own; an empty one goes back to the default name."""
-        name = name.strip()
+        """A name of the user's own; an empty one goes back to the default name. Stored as a
+        name read from a file is (escapes written out, cut to 200 characters), so it reads
+        back the same after a save."""
+        name = plan_label(name.strip())
         named = self.plans[index]
         if not name:
             self.plans[index] = replace(named, auto=True)

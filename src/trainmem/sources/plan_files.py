@@ -139,7 +139,7 @@ def _named_plan(i: int, entry: object) -> NamedPlan:
     if name is not None and not isinstance(name, str):
         raise PlanError("plan", f"plan {i}: name {shown(name)} is not text")
     if name:  # a label from a file: shown everywhere, so made safe once, here
-        name = _label(name)
+        name = plan_label(name)
     try:
         plan = Plan.from_dict(data)
     except PlanError as exc:
@@ -149,10 +149,10 @@ def _named_plan(i: int, entry: object) -> NamedPlan:
     return NamedPlan(name if name and not auto else "", plan, auto=auto)
 
 
-def _label(name: str) -> str:
-    """A plan's name as read from a file: control characters and escape sequences written
-    out (``\x1b``: a terminal never acts on them, wherever the name is shown or exported),
-    and cut to ``NAME_LIMIT`` characters."""
+def plan_label(name: str) -> str:
+    """A plan's name as read from a file or typed (a rename): control characters and escape
+    sequences written out (``\x1b``: a terminal never acts on them, wherever the name is
+    shown or exported), and cut to ``NAME_LIMIT`` characters."""
     name = visible(name)
     return name if len(name) <= NAME_LIMIT else name[: NAME_LIMIT - 1] + "…"
 
