@@ -85,6 +85,38 @@ def test_a_bad_line_in_the_middle_is_skipped_and_named(tmp_path: Path):
     )
 
 
+def test_an_overlong_line_is_skipped_and_the_log_read_on(tmp_path: Path, monkeypatch):
+    # it used to raise with the lines before it split off and the offset past them, so the
+    # next poll said "line 1 is not a run record" for good
+    import trainmem.sources.run_logs as run_logs
+
+    monkeypatch.setattr(run_logs, "MAX_LINE", 4096)
+    monkeypatch.setattr(run_logs, "CHUNK", 1024)
+    path = tmp_path / "r.jsonl"
+    head = [json.dumps(run_record()), json.dumps(step_record(1))]
+    path.write_text("\n".join([*head, "x" * 10_000, json.dumps(step_record(2))]) + "\n")
+    tail = RunLogTail(path)
+    log = tail.poll()
+    assert [s.step for s in log.steps] == [1, 2]
+    assert log.problems == ("line 3: over 4,096 bytes, skipped",)
+    with path.open("a") as f:
+        f.write(json.dumps(step_record(3)) + "\n")
+    assert [s.step for s in tail.poll().steps] == [1, 2, 3]
+
+
+def test_a_poll_reads_a_bounded_amount_and_a_whole_read_takes_all(tmp_path: Path, monkeypatch):
+    import trainmem.sources.run_logs as run_logs
+
+    monkeypatch.setattr(run_logs, "READ_LIMIT", 2048)
+    monkeypatch.setattr(run_logs, "CHUNK", 512)
+    steps = [step_record(i) for i in range(1, 41)]
+    path = write_log(tmp_path / "r.jsonl", run_record(), steps, end=False)
+    tail = RunLogTail(path)
+    first = tail.poll()
+    assert tail.more and 0 < len(first.steps) < 40  # the rest waits for the next poll
+    assert [s.step for s in read_run_log(path).steps] == list(range(1, 41))
+
+
 def test_a_directory_is_refused(tmp_path: Path):
     with pytest.raises(RunLogError, match="is a directory"):
         read_run_log(tmp_path)

@@ -187,9 +187,15 @@ class RunLog:
         return self.run.get("peaks") == "exact"
 
 
+OVERLONG = b"\x00overlong"  # what a line over MAX_LINE reads as: no JSON line can be this
+READ_LIMIT = 64 << 20  # bytes one read takes: the rest waits for the next poll
+
+
 class _Lines:
     """Complete lines from a growing file, from a byte offset on; the incomplete tail is
-    kept for the next read."""
+    kept for the next read. A line over MAX_LINE is dropped as it is read (it reads as
+    OVERLONG, skipped and named like any bad line), and one read takes at most READ_LIMIT
+    bytes, so a log that grows faster than it is read never holds a poll for long."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -197,26 +203,29 @@ class _Lines:
         self.tail = b""
         self.number = 0  # lines handed out
         self.restarted = False  # the last read() started again from byte 0
+        self.skipping = False  # inside a line over MAX_LINE: dropped up to its newline
+        self.more = False  # the last read() stopped at READ_LIMIT with more in the file
 
     def read(self) -> list[tuple[int, bytes]]:
         try:
             with files.open_file(self.path, what="run log") as (f, size):
                 self.restarted = size < self.offset
                 if self.restarted:  # truncated or replaced: read again from the start
-                    self.offset, self.tail, self.number = 0, b"", 0
+                    self.offset, self.tail, self.number, self.skipping = 0, b"", 0, False
                 f.seek(self.offset)
                 out: list[tuple[int, bytes]] = []
-                while chunk := f.read(CHUNK):
+                taken = 0
+                while taken < READ_LIMIT and (chunk := f.read(CHUNK)):
+                    taken += len(chunk)
                     self.offset += len(chunk)
                     *lines, self.tail = (self.tail + chunk).split(b"\n")
                     for line in lines:
                         self.number += 1
-                        out.append((self.number, line))
+                        out.append((self.number, OVERLONG if self.skipping else line))
+                        self.skipping = False
                     if len(self.tail) > MAX_LINE:
-                        raise RunLogError(
-                            f"run log {files.show(self.path)}: line {self.number + 1} is over "
-                            f"{MAX_LINE:,} bytes: not a run log"
-                        )
+                        self.tail, self.skipping = b"", True
+                self.more = self.offset < size
                 return out
         except files.MissingFileError:
             raise RunLogError(
@@ -242,6 +251,11 @@ class RunLogTail:
         self._problems: list[str] = []
         self._bad = 0
         self._ended = False
+
+    @property
+    def more(self) -> bool:
+        """The last poll stopped at READ_LIMIT: more of the file waits for the next one."""
+        return self._lines.more
 
     def poll(self) -> RunLog:
         """The log with every complete line read so far; RunLogError when it is missing or
@@ -279,14 +293,14 @@ class RunLogTail:
         except (ValueError, RecursionError):
             rec = None
         if not isinstance(rec, dict):
+            what = f"over {MAX_LINE:,} bytes" if line == OVERLONG else "not a JSON object"
             if number == 1:
                 raise RunLogError(
-                    f"run log {files.show(self.path)}: line 1 is not a JSON object "
-                    "(not a trainmem probe log?)"
+                    f"run log {files.show(self.path)}: line 1 is {what} (not a trainmem probe log?)"
                 )
             self._bad += 1
             if len(self._problems) < MAX_PROBLEMS:
-                self._problems.append(f"line {number}: not a JSON object, skipped")
+                self._problems.append(f"line {number}: {what}, skipped")
             return
         kind = rec.get("kind")
         if self._run is None:
@@ -311,8 +325,12 @@ class RunLogTail:
 
 
 def read_run_log(path: Path | str) -> RunLog:
-    """Every complete record of the log at ``path``."""
-    return RunLogTail(path).poll()
+    """Every complete record of the log at ``path`` (read READ_LIMIT bytes at a time)."""
+    tail = RunLogTail(path)
+    log = tail.poll()
+    while tail.more:
+        log = tail.poll()
+    return log
 
 
 def rank_files(base: Path) -> list[Path]:
