@@ -54,6 +54,9 @@ async def test_a_run_log_is_tailed_beside_the_plan_rebuilt_from_it(
         await pilot.press("p")
         assert len(app.state.workspace.plans) == before + 1
         assert app.state.workspace.current.plan == runs[path].report.estimate.plan
+        # its model is the log's own config ("tiny-llama" names no model anywhere else)
+        model = runs[path].report.estimate.plan.model
+        assert app.state.specs.get(model) == runs[path].report.estimate.model
         app._stop_watching.set()
 
 

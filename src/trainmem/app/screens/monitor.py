@@ -160,8 +160,12 @@ class MonitorScreen(AppScreen):
         if seen is None:
             self.notify("No run log read yet (l tails one)", severity="warning", timeout=4)
             return
-        self.app.state.workspace.add(seen.report.estimate.plan)
-        self.notify(f"Opened the plan of {seen.path.name} (F2 to edit it)", timeout=4)
+        estimate = seen.report.estimate
+        # the model as the log described it (its config may be in the log alone), so the
+        # plan estimates without looking the name up again
+        self.app.state.specs.remember(estimate.plan.model, estimate.model, None)
+        self.app.state.workspace.add(estimate.plan)
+        self.notify(f"Opened the plan of {visible(seen.path.name)} (F2 to edit it)", timeout=4)
 
     def _update(self, _value: object = None) -> None:
         if not self.is_current:
