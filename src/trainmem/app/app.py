@@ -36,7 +36,9 @@ from trainmem.app.runs import ProcessPoller, RunLogPoller
 from trainmem.app.screens.plan import PlanScreen
 from trainmem.app.session import SessionFile
 from trainmem.app.state import DashboardState
+from trainmem.core.errors import PlanError
 from trainmem.planner.report import Report
+from trainmem.sources.configs.common import FIELD
 from trainmem.sources.files import FileReadError, show, typed_path
 from trainmem.sources.paths import session_path
 from trainmem.sources.plan_files import (
@@ -526,7 +528,9 @@ class TrainmemApp(App[None]):
         try:
             plan, unmodelled = watch.reread()
         except ValueError as exc:  # PlanError, a file error: one line, the last plan stays
-            return ConfigRead(watch, None, error=str(exc), opened=opened)
+            # "--from: " names the command-line flag; here the file came from Ctrl+O too
+            why = exc.message if isinstance(exc, PlanError) and exc.field == FIELD else str(exc)
+            return ConfigRead(watch, None, error=why, opened=opened)
         return ConfigRead(watch, plan, unmodelled, opened=opened)
 
     def on_config_read(self, message: ConfigRead) -> None:
