@@ -155,3 +155,11 @@ def test_saving_through_a_symlink_writes_its_target(tmp_path: Path) -> None:
     link.symlink_to(real)
     save_plans(link, PLANS)
     assert link.is_symlink() and load_plans(real).plans == PLANS.plans
+
+
+def test_a_byte_order_mark_is_not_part_of_the_file(tmp_path: Path) -> None:
+    # Windows editors write one; tomllib and json refuse it as text
+    path = tmp_path / "plans.toml"
+    save_plans(path, PLANS)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert load_plans(path).plans == PLANS.plans

@@ -157,8 +157,8 @@ def read_bytes(path: Path, *, limit: int, what: str = "") -> bytes:
 
 def read_text(path: Path, *, limit: int, what: str = "") -> str:
     data = read_bytes(path, limit=limit, what=what)
-    try:
-        return data.decode("utf-8")
+    try:  # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the text
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise FileReadError(f"{_name(path, what)} is not UTF-8 text (byte {exc.start})") from None
 
