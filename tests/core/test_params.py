@@ -182,3 +182,12 @@ def test_a_smollm3_config_without_the_tie_key_is_tied_as_its_config_class_says()
     spec = spec_from_config(config, "own-smollm3")
     assert spec.tied_embeddings and spec.params == 3_075_098_624
     assert not any("not modelled exactly" in n for n in spec.notes)
+
+
+def test_a_lora_rank_past_the_hidden_size_is_said_to_add_nothing():
+    spec = catalog.find("Qwen/Qwen2.5-7B").spec()
+    notes = " ".join(estimate(Plan(lora_rank=65536).validated(), spec).notes)
+    assert "LoRA rank 65,536 is above the hidden size 3,584" in notes
+    assert "above the hidden size" not in " ".join(
+        estimate(Plan(lora_rank=256).validated(), spec).notes
+    )

@@ -589,6 +589,12 @@ def _notes(
     spec: ModelSpec, plan: Plan, runtime: TargetKind, ckpt_host: int, lay: Layout
 ) -> tuple[str, ...]:
     notes = list(spec.notes)
+    if plan.method in ("lora", "qlora") and plan.lora_rank > spec.hidden:
+        notes.append(
+            f"LoRA rank {plan.lora_rank:,} is above the hidden size {spec.hidden:,}: an "
+            "adapter's rank cannot exceed its layer's smaller side, so the extra parameters "
+            "cost memory and add nothing"
+        )
     if plan.attn == "eager":
         notes.append("eager attention keeps batch x heads x seq^2 scores per layer; sdpa does not")
     if spec.final_logit_softcap and plan.attn == "sdpa":
