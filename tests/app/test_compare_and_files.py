@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from app_helpers import settle
 from textual.widgets import DataTable, Input
@@ -34,16 +35,21 @@ def names(app: TrainmemApp) -> list[str]:
     return [p.name for p in app.state.workspace.plans]
 
 
+async def compare_screen(app: TrainmemApp, pilot: Any) -> CompareScreen:
+    """F3, and the compare view it opens."""
+    await pilot.press("f3")
+    await settle(app, pilot)
+    assert isinstance(app.screen, CompareScreen)
+    return app.screen
+
+
 async def test_compare_actions_and_export(
     demo_app: Callable[..., TrainmemApp], tmp_path: Path
 ) -> None:
     app = demo_app(plan_set=demo_plan_set())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
-        await pilot.press("f3")
-        await settle(app, pilot)
-        screen = app.screen
-        assert isinstance(screen, CompareScreen)
+        screen = await compare_screen(app, pilot)
         table = screen.query_one("#compare-table", DataTable)
         assert table.row_count == 4
         await pilot.press("d")  # duplicate row 1
@@ -153,10 +159,7 @@ async def test_a_screen_workers_failure_reaches_the_one_error_handler(
     app = demo_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
-        await pilot.press("f3")
-        await settle(app, pilot)
-        screen = app.screen
-        assert isinstance(screen, CompareScreen)
+        screen = await compare_screen(app, pilot)
         screen._export("md", tmp_path / "out.md")
         await pilot.pause()
         await app.workers.wait_for_complete()

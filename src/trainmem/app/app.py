@@ -227,10 +227,7 @@ class TrainmemApp(App[None]):
         """Every toast as plain text, whoever calls it (a widget's notify passes markup=True):
         they quote plan names, file paths and config values, and a stranger's "[/x]" would
         otherwise be parsed as markup, styled or crash the dashboard."""
-        if timeout is None:
-            super().notify(message, title=title, severity=severity, markup=False)
-        else:
-            super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -260,7 +260,7 @@ def atomic_write(path: Path, text: str) -> None:
     except files.FileReadError as exc:  # a name the OS refuses, no permission
         raise OSError(errno.EACCES, str(exc)) from None
     if there not in (None, "file"):
-        raise IsADirectoryError(
+        raise OSError(
             errno.EISDIR if there == "dir" else errno.EINVAL,
             f"{show(path)} is {'a folder' if there == 'dir' else 'not a regular file'}",
         )

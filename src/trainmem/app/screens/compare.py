@@ -4,7 +4,7 @@ and below, their components side by side."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import work
@@ -27,9 +27,6 @@ from trainmem.planner.export import Row, differs, field_rows, to_json, to_markdo
 from trainmem.planner.naming import fit_name
 from trainmem.sources.files import show
 from trainmem.sources.plan_files import atomic_write
-
-if TYPE_CHECKING:
-    pass
 
 FIXED_COLUMNS = 50  # every column but the bar and the name: widths, padding, border, scrollbar
 NAME_WIDTH = 16  # the name column at its narrowest

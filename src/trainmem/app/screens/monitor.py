@@ -26,6 +26,7 @@ from trainmem.devices.snapshot import DeviceReading, Snapshot
 from trainmem.planner.report import Report
 from trainmem.planner.run_report import difference, size
 from trainmem.planner.summary import plan_line
+from trainmem.sources.files import show
 
 if TYPE_CHECKING:
     from trainmem.app.runs import RunSeen
@@ -149,7 +150,7 @@ class MonitorScreen(AppScreen):
             path = self.app.typed_path(text)
             if path is not None:
                 self.app.watch_run_log(path)
-                self.notify(f"Tailing {visible(str(path))}", timeout=3)
+                self.notify(f"Tailing {show(path)}", timeout=3)
 
         # The probe's default base path: it finds every rank's file (trainmem-run.rank0.jsonl...).
         self.app.push_screen(PromptScreen("Tail the run log", "trainmem-run.jsonl"), chosen)
@@ -165,7 +166,7 @@ class MonitorScreen(AppScreen):
         # plan estimates without looking the name up again
         self.app.state.specs.remember(estimate.plan.model, estimate.model, None)
         self.app.state.workspace.add(estimate.plan)
-        self.notify(f"Opened the plan of {visible(seen.path.name)} (F2 to edit it)", timeout=4)
+        self.notify(f"Opened the plan of {show(seen.path.name)} (F2 to edit it)", timeout=4)
 
     def _update(self, _value: object = None) -> None:
         if not self.is_current:

@@ -315,19 +315,16 @@ class PlanScreen(AppScreen):
         worker = get_current_worker()
         if worker.is_cancelled:  # typed on before this thread began
             return
-        try:
-            simulated = planning.simulated(plan, spec, snapshot, calibrations)
-        except PlanError as exc:
-            self.post_message(Refused(plan, exc.field, exc.message))
-            return
-        self.post_message(Simulated(plan, simulated))
         try:  # a worker cancelled by a newer edit stops at the next search
+            self.post_message(
+                Simulated(plan, planning.simulated(plan, spec, snapshot, calibrations))
+            )
             solved = planning.solve(
                 plan, spec, snapshot, calibrations, stop=lambda: worker.is_cancelled
             )
         except Stale:
             return
-        except PlanError as exc:
+        except PlanError as exc:  # refused once simulated (a tensor PyTorch would not allocate)
             self.post_message(Refused(plan, exc.field, exc.message))
             return
         self.post_message(Solved(plan, solved))
