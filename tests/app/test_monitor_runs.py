@@ -48,7 +48,7 @@ async def test_a_run_log_is_tailed_beside_the_plan_rebuilt_from_it(
         assert "at step 1, backward" in shown
         with path.open("a") as f:  # the run goes on while the dashboard reads it
             f.write(json.dumps(step_record(2, allocated=300 * MiB)) + "\n")
-        await _until(pilot, lambda: len(runs[path].report.steps) == 2)
+        await _until(pilot, lambda: runs[path].report.step_count == 2)
         assert runs[path].report.allocated_peak.step == 2
         before = len(app.state.workspace.plans)
         await pilot.press("p")

@@ -3,6 +3,7 @@ only, and the built-in runtime figures by GPU family and CUDA version."""
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from trainmem.planner.calibration import (
     measure,
 )
 from trainmem.planner.run_report import build_run_report, rank_report
-from trainmem.sources.run_logs import read_run_log, rebuild_plan
+from trainmem.sources.run_logs import RunLogTail, read_run_log, rebuild_plan
 
 
 def _log(tmp_path: Path, steps: list[dict], name: str = "r.jsonl", **run: object):
@@ -179,3 +180,75 @@ def test_built_in_figures_by_cuda_version():
     assert built_in_figures("NVIDIA GeForce RTX 3090", "11.7").source == TYPICAL.source
     assert TYPICAL.context_bytes == CUDA_CONTEXT_BYTES == 600 * MiB
     assert TYPICAL.reserve_fraction == ALLOCATOR_RESERVE_FRACTION == 0.08
+
+
+# -- a log followed for a long run ------------------------------------------------------------
+def _varied_steps(n: int) -> list[dict]:
+    """Steps whose peaks, free memory, errors and shapes move about, ties included."""
+    out = []
+    for i in range(1, n + 1):
+        rec = step_record(
+            i,
+            allocated=(90 + (i * 7) % 13) * MiB,
+            reserved=(120 + (i * 5) % 11) * MiB,
+            context=None if i % 4 == 0 else (400 + i % 3) * MiB,
+            free=(1 + (i * 3) % 9) * GiB,
+        )
+        if i % 10 == 3:
+            rec["error"] = f"RuntimeError: step {i}"
+        rec["batch"], rec["seq_len"] = 1 + i % 3, 64 * (1 + (i * 11) % 5)
+        out.append(rec)
+    return out
+
+
+def test_a_tail_that_keeps_no_steps_reports_what_a_whole_read_does(tmp_path: Path):
+    """The monitor's tail folds each step as it reads it (RunLog.observed) and keeps none;
+    its report must be the one `run-report` builds from every step, polled in pieces."""
+    path = tmp_path / "run.jsonl"
+    steps = _varied_steps(60)
+    write_log(path, {**run_record(), "observed": ["batch", "seq_len"]}, steps[:25])
+    tail = RunLogTail(path, keep_steps=False)
+    tail.poll()
+    with path.open("a") as f:
+        f.writelines(json.dumps(s) + "\n" for s in steps[25:])
+    folded = rank_report(tail.poll())
+    whole = rank_report(read_run_log(path))
+    assert folded.steps == () and folded.log.steps == () and len(whole.steps) == 60
+    # every figure but the per-step list agrees
+    doc, expected = folded.to_json(), whole.to_json()
+    assert doc.pop("per_step") == [] and expected.pop("per_step")
+    assert doc == expected and doc["steps"] == 60
+    # and the folded peaks are the list's own: the first step at the largest
+    seen = whole.steps
+    top = max(s.allocated_peak or 0 for s in seen)
+    assert folded.allocated_peak == next(s for s in seen if s.allocated_peak == top)
+    assert folded.device_peak == max(seen, key=lambda s: s.device_peak or 0)
+    assert any("raised RuntimeError: step 53" in w for w in folded.warnings)
+    low = sum(s["free_bytes"] < 0.05 * s["total_bytes"] for s in steps)
+    assert 0 < low < 60 and any(f"({low} steps under 5%)" in w for w in folded.warnings)
+    big = max(steps, key=lambda s: s["batch"] * s["seq_len"])
+    assert (folded.estimate.plan.batch, folded.estimate.plan.seq_len) == (
+        big["batch"],
+        big["seq_len"],
+    )
+
+
+def test_following_a_long_run_keeps_memory_flat(tmp_path: Path):
+    """20,000 steps tailed as the monitor tails them hold a few hundred kilobytes, not the
+    steps (kept, they take tens of megabytes)."""
+    import tracemalloc
+
+    path = tmp_path / "run.jsonl"
+    write_log(path, run_record(), _varied_steps(20_000))
+    held = {}
+    for keep in (False, True):
+        tracemalloc.start()
+        tail = RunLogTail(path, keep_steps=keep)
+        log = tail.poll()
+        while tail.more:
+            log = tail.poll()
+        held[keep] = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        assert log.step_count == 20_000
+        del tail, log
+    assert held[False] < 2 * MiB < 20 * MiB < held[True]

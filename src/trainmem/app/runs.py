@@ -62,9 +62,9 @@ class RunLogPoller:
         for path in paths:
             try:
                 if path not in self._tails:
-                    self._tails[path] = RunLogTail(path)
+                    self._tails[path] = RunLogTail(path, keep_steps=False)
                 log = self._tails[path].poll()
-                state = (len(log.steps), log.ended)
+                state = (log.step_count, log.ended)
                 if self._seen.get(path) != state:
                     calibrations, self._warning = _calibrations()
                     self._reports[path] = rank_report(log, calibrations)

@@ -96,7 +96,7 @@ def render(report: RunReport) -> str:
         ("device", [r.log.device_name for r in ranks]),
         (
             "steps",
-            [f"{len(r.steps)}{'' if r.log.ended else ' (running or stopped)'}" for r in ranks],
+            [f"{r.step_count}{'' if r.log.ended else ' (running or stopped)'}" for r in ranks],
         ),
     ]
     for i, label in enumerate(("allocated", "device")):

@@ -13,6 +13,7 @@ from trainmem.core.target import TargetKind
 
 TIGHT_FRACTION = 0.10
 UNIFIED_USABLE = 0.75
+LOW_FREE_FRACTION = 0.05  # free memory under 5% of a device's total is warned of
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,13 @@ class FitResult:
 
 def usable_bytes(total_bytes: int, unified: bool) -> int:
     return int(total_bytes * UNIFIED_USABLE) if unified else total_bytes
+
+
+def low_free(free_bytes: int | None, total_bytes: int | None) -> bool:
+    """Under LOW_FREE_FRACTION of the device free: the next allocation there may fail."""
+    return bool(
+        total_bytes and free_bytes is not None and free_bytes < LOW_FREE_FRACTION * total_bytes
+    )
 
 
 def judge_fit(required_bytes: int, device: str, usable: int) -> FitResult:

@@ -22,67 +22,14 @@ from typing import Any
 
 from trainmem.core.calibration import Calibration
 from trainmem.core.estimator import Estimate, estimate
+from trainmem.core.fit import LOW_FREE_FRACTION
 from trainmem.core.runtime import TYPICAL, built_in_figures, runtime_note
 from trainmem.core.target import DeviceTarget, TargetKind
 from trainmem.core.units import fmt_bytes
 from trainmem.planner.calibration import calibration_for
-from trainmem.sources.run_logs import RebuiltPlan, RunLog, StepRecord, rebuild_plan
+from trainmem.sources.run_logs import RebuiltPlan, RunLog, StepSeen, rebuild_plan
 
-LOW_FREE_FRACTION = 0.05  # free memory under 5% of the device's total is reported
 KINDS: dict[str, TargetKind] = {"cuda": "gpu", "mps": "unified", "cpu": "system"}
-
-
-@dataclass(frozen=True, slots=True)
-class StepSeen:
-    step: int
-    allocated_peak: int | None
-    device_peak: int | None
-    peak_phase: str | None  # the phase holding the step's allocated (else device) peak
-    free_bytes: int | None
-    total_bytes: int | None
-    context_bytes: int | None
-    error: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "allocated_peak_bytes": self.allocated_peak,
-            "device_peak_bytes": self.device_peak,
-            "peak_phase": self.peak_phase,
-            "context_bytes": self.context_bytes,
-            "free_bytes": self.free_bytes,
-            "total_bytes": self.total_bytes,
-            "error": self.error,
-        }
-
-
-def _phase_peak(s: StepRecord) -> str | None:
-    for key in ("max_allocated_bytes", "max_reserved_bytes", "driver_bytes"):
-        have = {name: f[key] for name, f in s.phases.items() if key in f}
-        if have:
-            return max(have, key=lambda n: have[n])
-    return None
-
-
-def observe(s: StepRecord, device_type: str) -> StepSeen:
-    context = None
-    if device_type == "cuda":
-        if s.driver_bytes is not None and s.reserved_bytes is not None:
-            context = max(0, s.driver_bytes - s.reserved_bytes)
-        reserved = s.max_reserved_bytes
-        device = reserved + (context or 0) if reserved is not None else None
-    else:
-        device = s.max_driver_bytes if s.max_driver_bytes is not None else s.driver_bytes
-    return StepSeen(
-        s.step,
-        s.max_allocated_bytes,
-        device,
-        _phase_peak(s),
-        s.free_bytes,
-        s.total_bytes,
-        context,
-        s.error,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,19 +101,21 @@ class RankReport:
     log: RunLog
     rebuilt: RebuiltPlan
     estimate: Estimate
-    steps: tuple[StepSeen, ...]
+    steps: tuple[StepSeen, ...]  # each step the log kept (the monitor's tail keeps none)
     notes: tuple[str, ...]
     warnings: tuple[str, ...]
 
     @property
+    def step_count(self) -> int:
+        return self.log.step_count
+
+    @property
     def allocated_peak(self) -> StepSeen | None:
-        seen = [s for s in self.steps if s.allocated_peak is not None]
-        return max(seen, key=lambda s: s.allocated_peak or 0) if seen else None
+        return self.log.observed.allocated_peak
 
     @property
     def device_peak(self) -> StepSeen | None:
-        seen = [s for s in self.steps if s.device_peak is not None]
-        return max(seen, key=lambda s: s.device_peak or 0) if seen else None
+        return self.log.observed.device_peak
 
     def compared(self) -> tuple[PeakCompared, PeakCompared]:
         """The allocated and the device peak, each predicted beside observed."""
@@ -197,7 +146,7 @@ class RankReport:
             "world_size": self.log.world_size,
             "device": self.log.device,
             "peaks": self.log.run.get("peaks"),
-            "steps": len(self.steps),
+            "steps": self.step_count,
             "ended": self.log.ended,
             "plan": est.plan.to_dict(),
             "model": est.model.name,
@@ -257,26 +206,19 @@ def rank_report(log: RunLog, calibrations: dict[str, Calibration] | None = None)
         figures=figures,
     )
     notes = [*rebuilt.notes, runtime_note(kind, figures)]
-    steps = tuple(observe(s, log.device_type) for s in log.steps)
+    steps = tuple(StepSeen.of(s, log.device_type) for s in log.steps)
+    seen = log.observed
     warnings: list[str] = []
-    low = [
-        s
-        for s in steps
-        if s.free_bytes is not None
-        and s.total_bytes
-        and s.free_bytes < LOW_FREE_FRACTION * s.total_bytes
-    ]
-    if low:
-        worst = min(low, key=lambda s: s.free_bytes or 0)
+    worst, low = seen.lowest_free, seen.low_free
+    if worst is not None:
         warnings.append(
             f"low free memory: {fmt_bytes(worst.free_bytes or 0)} of "
             f"{fmt_bytes(worst.total_bytes or 0)} free at step {worst.step} "
-            f"({len(low)} step{'s' if len(low) > 1 else ''} under {LOW_FREE_FRACTION:.0%})"
+            f"({low} step{'s' if low > 1 else ''} under {LOW_FREE_FRACTION:.0%})"
         )
-    failed = [s for s in steps if s.error]
-    if failed:
-        warnings.append(f"step {failed[-1].step} raised {failed[-1].error}")
-    if kind == "gpu" and steps and all(s.context_bytes is None for s in steps):
+    if seen.failed is not None:
+        warnings.append(f"step {seen.failed.step} raised {seen.failed.error}")
+    if kind == "gpu" and seen.steps and not seen.context_known:
         notes.append(
             "no NVML figure for the process: the observed device peak leaves out the context"
         )

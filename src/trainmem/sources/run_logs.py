@@ -31,6 +31,7 @@ from typing import Any
 
 from trainmem.core.architecture import ModelSpec, spec_from_config
 from trainmem.core.errors import PlanError
+from trainmem.core.fit import low_free
 from trainmem.core.plan import PLAN_FIELDS, Plan
 from trainmem.core.run_log import DESCRIBED, END, FORMAT_VERSION, RUN, STEP, rank_name, rank_of
 from trainmem.core.text import visible
@@ -127,6 +128,118 @@ class StepRecord:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class StepSeen:
+    """What one step shows of the run's memory (trainmem.planner.run_report's module
+    docstring says how each figure is read)."""
+
+    step: int
+    allocated_peak: int | None
+    device_peak: int | None
+    peak_phase: str | None  # the phase holding the step's allocated (else device) peak
+    free_bytes: int | None
+    total_bytes: int | None
+    context_bytes: int | None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, s: StepRecord, device_type: str) -> StepSeen:
+        context = None
+        if device_type == "cuda":
+            if s.driver_bytes is not None and s.reserved_bytes is not None:
+                context = max(0, s.driver_bytes - s.reserved_bytes)
+            reserved = s.max_reserved_bytes
+            device = reserved + (context or 0) if reserved is not None else None
+        else:
+            device = s.max_driver_bytes if s.max_driver_bytes is not None else s.driver_bytes
+        return cls(
+            s.step,
+            s.max_allocated_bytes,
+            device,
+            _phase_peak(s),
+            s.free_bytes,
+            s.total_bytes,
+            context,
+            s.error,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "allocated_peak_bytes": self.allocated_peak,
+            "device_peak_bytes": self.device_peak,
+            "peak_phase": self.peak_phase,
+            "context_bytes": self.context_bytes,
+            "free_bytes": self.free_bytes,
+            "total_bytes": self.total_bytes,
+            "error": self.error,
+        }
+
+
+def _phase_peak(s: StepRecord) -> str | None:
+    for key in ("max_allocated_bytes", "max_reserved_bytes", "driver_bytes"):
+        have = {name: f[key] for name, f in s.phases.items() if key in f}
+        if have:
+            return max(have, key=lambda n: have[n])
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """Every step read so far, folded as it is read: the peaks and what the warnings name.
+    So a log followed through a million steps needs no list of them (a tail made with
+    ``keep_steps=False`` keeps none) and a poll costs what was appended, not the whole run.
+    Of equal figures the first step is kept; of the failed ones, the last."""
+
+    steps: int = 0
+    allocated_peak: StepSeen | None = None
+    device_peak: StepSeen | None = None
+    low_free: int = 0  # steps with under LOW_FREE_FRACTION of the device free
+    lowest_free: StepSeen | None = None  # the least free of them
+    failed: StepSeen | None = None  # the last step that raised
+    context_known: bool = False  # some step gave the context (the driver's figure)
+    largest_shape: StepRecord | None = None  # the largest batch x seq_len the model saw
+
+    def plus(self, record: StepRecord, device_type: str) -> Observed:
+        seen = StepSeen.of(record, device_type)
+        alloc, device, lowest, shape = (
+            self.allocated_peak,
+            self.device_peak,
+            self.lowest_free,
+            self.largest_shape,
+        )
+        if seen.allocated_peak is not None and (
+            alloc is None or seen.allocated_peak > (alloc.allocated_peak or 0)
+        ):
+            alloc = seen
+        if seen.device_peak is not None and (
+            device is None or seen.device_peak > (device.device_peak or 0)
+        ):
+            device = seen
+        low = low_free(seen.free_bytes, seen.total_bytes)
+        if low and (lowest is None or (seen.free_bytes or 0) < (lowest.free_bytes or 0)):
+            lowest = seen
+        if (
+            record.batch
+            and record.seq_len
+            and (
+                shape is None
+                or record.batch * record.seq_len > (shape.batch or 0) * (shape.seq_len or 0)
+            )
+        ):
+            shape = record
+        return Observed(
+            self.steps + 1,
+            alloc,
+            device,
+            self.low_free + low,
+            lowest,
+            seen if seen.error else self.failed,
+            self.context_known or seen.context_bytes is not None,
+            shape,
+        )
+
+
 @dataclass(frozen=True)
 class RunLog:
     """A log as read so far. ``run``: the run record as written; ``pending``: a last line
@@ -134,10 +247,15 @@ class RunLog:
 
     path: Path
     run: dict[str, Any]
-    steps: tuple[StepRecord, ...]
+    steps: tuple[StepRecord, ...]  # every step read (none from a tail not keeping them)
     ended: bool = False
     pending: bool = False
     problems: tuple[str, ...] = ()
+    observed: Observed = Observed()  # all the steps read, kept or not
+
+    @property
+    def step_count(self) -> int:
+        return self.observed.steps
 
     @property
     def rank(self) -> int:
@@ -159,8 +277,7 @@ class RunLog:
 
     @property
     def device_type(self) -> str:
-        kind = self.device.get("type")
-        return kind if kind in ("cuda", "mps", "cpu") else "cpu"
+        return _device_type(self.run)
 
     @property
     def device_name(self) -> str:
@@ -185,6 +302,12 @@ class RunLog:
     @property
     def exact_peaks(self) -> bool:
         return self.run.get("peaks") == "exact"
+
+
+def _device_type(run: dict[str, Any]) -> str:
+    device = run.get("device")
+    kind = device.get("type") if isinstance(device, dict) else None
+    return kind if kind in ("cuda", "mps", "cpu") else "cpu"
 
 
 OVERLONG = b"\x00overlong"  # what a line over MAX_LINE reads as: no JSON line can be this
@@ -238,16 +361,20 @@ class _Lines:
 
 class RunLogTail:
     """A run log followed as it grows: ``poll()`` reads what was appended since the last call
-    and returns the log so far. For the dashboard's ``--run-log`` and tests."""
+    and returns the log so far. For the dashboard's ``--run-log`` (``keep_steps=False``: the
+    steps only folded into ``RunLog.observed``, so memory stays flat however long the run) and
+    tests."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, keep_steps: bool = True) -> None:
         self.path = files.expand(path)
+        self.keep_steps = keep_steps
         self._lines = _Lines(self.path)
         self._forget()
 
     def _forget(self) -> None:
         self._run: dict[str, Any] | None = None
         self._steps: list[StepRecord] = []
+        self._observed = Observed()
         self._problems: list[str] = []
         self._bad = 0
         self._ended = False
@@ -283,6 +410,7 @@ class RunLogTail:
             ended=self._ended,
             pending=bool(self._lines.tail.strip()),
             problems=tuple(problems),
+            observed=self._observed,
         )
 
     def _take(self, number: int, line: bytes) -> None:
@@ -318,7 +446,10 @@ class RunLogTail:
                 )
             self._run = rec
         elif kind == STEP:
-            self._steps.append(StepRecord.from_json(rec, len(self._steps) + 1))
+            step = StepRecord.from_json(rec, self._observed.steps + 1)
+            self._observed = self._observed.plus(step, _device_type(self._run))
+            if self.keep_steps:
+                self._steps.append(step)
         elif kind == END:
             self._ended = True
         # other kinds: from a newer probe, ignored (the format says so)
@@ -406,9 +537,8 @@ def rebuild_plan(log: RunLog) -> RebuiltPlan:
     fields = {k: v for k, v in written.items() if k in _KEYS}
     observed = log.run.get("observed")
     if isinstance(observed, list):
-        shaped = [s for s in log.steps if s.batch and s.seq_len]
-        if shaped:
-            big = max(shaped, key=lambda s: (s.batch or 0) * (s.seq_len or 0))
+        big = log.observed.largest_shape
+        if big is not None:
             for key, value in (("batch", big.batch), ("seq_len", big.seq_len)):
                 if key in observed:
                     fields[key] = value

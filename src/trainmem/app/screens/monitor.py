@@ -14,12 +14,12 @@ from textual.widgets import DataTable, Static
 
 from trainmem.app.screens.base import AppScreen
 from trainmem.app.widgets.devices import (
-    LOW_FREE_FRACTION,
     DevicesPanel,
     low_free,
     process_label,
 )
 from trainmem.app.widgets.keybar import KeyBar
+from trainmem.core.fit import LOW_FREE_FRACTION
 from trainmem.core.text import visible
 from trainmem.core.units import fmt_bytes
 from trainmem.devices.snapshot import DeviceReading, Snapshot
@@ -320,7 +320,7 @@ def _rank_block(text: Text, r: RankReport) -> None:
     p = r.estimate.plan
     text.append(f"{visible(r.log.path.name)}: ", style="bold")
     text.append(
-        f"rank {r.log.rank}, {len(r.steps):,} steps{' (ended)' if r.log.ended else ''}; "
+        f"rank {r.log.rank}, {r.step_count:,} steps{' (ended)' if r.log.ended else ''}; "
         f"run's plan {visible(plan_line(p))}\n"
     )
     for peak in r.compared():

@@ -25,6 +25,7 @@ from textual.containers import Container
 from textual.widget import Widget
 
 from trainmem.app.widgets.bars import VERDICT_STYLE, sparkline, usage_bar
+from trainmem.core import fit
 from trainmem.core.fit import judge_fit
 from trainmem.core.text import visible
 from trainmem.core.units import fmt_bytes
@@ -39,15 +40,8 @@ class HistorySource(Protocol):
     def history(self, device_id: str) -> list[HistoryPoint]: ...
 
 
-LOW_FREE_FRACTION = 0.05  # warn when under 5% of a device is free
-
-
 def low_free(d: DeviceReading) -> bool:
-    return bool(
-        d.total_bytes
-        and d.free_bytes is not None
-        and d.free_bytes < LOW_FREE_FRACTION * d.total_bytes
-    )
+    return fit.low_free(d.free_bytes, d.total_bytes)
 
 
 def top_processes(d: DeviceReading, n: int) -> list[ProcessReading]:
