@@ -281,3 +281,6 @@ async def test_a_plan_only_the_simulation_refuses_is_flagged_on_its_field(
         assert "PyTorch refuses any allocation of 1 EiB" in (form.error("seq_len") or "")
         assert app.screen.query_one(Breakdown).has_class("-stale")
         assert not app.screen.query_one("#whatif", Static).display
+        peaks = str(app.screen.query_one("#peaks", Static).render())
+        assert "simulating" not in peaks and "not simulated" in peaks
+        assert "quick figures" in str(app.screen.query_one(Breakdown).border_subtitle)

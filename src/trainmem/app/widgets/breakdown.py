@@ -115,7 +115,9 @@ def sharding_text(report: Report) -> Text:
     return out
 
 
-def peaks_text(est: Estimate) -> Text:
+def peaks_text(est: Estimate, refused: bool = False) -> Text:
+    """The peaks; ``refused``: the simulation refused the plan (a field says why), so no
+    simulated figure is coming."""
     judged_rule = est.plan.rule_of_thumb
     out = Text()
     out.append("Allocated peak ", style="dim")
@@ -131,6 +133,8 @@ def peaks_text(est: Estimate) -> Text:
             f"{fmt_bytes(peak.fragmentation)} of it free in segments, at {peak.moment}",
             style="dim",
         )
+    elif refused:
+        out.append("\n  allocator     not simulated: the highlighted field says why", style="dim")
     elif est.runtime_kind == "gpu" and not est.runtime_figures.calibrated:
         out.append("\n  allocator     simulating… (quick figure until then)", style="dim")
     out.append("\nRule of thumb  ", style="dim")
@@ -268,6 +272,8 @@ class EstimateBar(Widget):
 class Breakdown(Vertical):
     """Everything about the selected plan's estimate; holds the last valid one on errors."""
 
+    estimate: Estimate | None = None  # the one shown
+
     def compose(self) -> ComposeResult:
         yield Static(id="summary", markup=False)
         yield EstimateBar(id="estimate-bar")
@@ -279,7 +285,7 @@ class Breakdown(Vertical):
         yield Static(id="notes", markup=False)
 
     def show(self, report: Report) -> None:
-        est = report.estimate
+        est = self.estimate = report.estimate
         self.query_one("#summary", Static).update(summary_text(est))
         self.query_one(EstimateBar).show(est)
         self.query_one("#peaks", Static).update(peaks_text(est))
@@ -298,8 +304,12 @@ class Breakdown(Vertical):
         notes.display = bool(est.notes)
 
     def stop_solving(self) -> None:
-        """No answers are coming (the simulation refused the plan): no "Working out..."."""
+        """No answers are coming (the simulation refused the plan): no "Working out..." and
+        no "simulating..."."""
         self.query_one("#whatif", Static).display = False
+        if self.estimate is not None:  # the refused plan's own quick figures, not the last valid
+            self.query_one("#peaks", Static).update(peaks_text(self.estimate, refused=True))
+            self.border_subtitle = "this plan's quick figures — fix the highlighted field"
 
     def show_solution(self, report: Report) -> None:
         """The what-if answers and advice for the first device (computed off the UI thread)."""
