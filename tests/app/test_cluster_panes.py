@@ -131,3 +131,18 @@ async def test_the_monitor_compares_each_cluster_gpu_and_names_the_closest_to_fu
     assert len(gpus) == 6  # one rank per GPU, each against the per-GPU prediction
     assert all(r[5] for r in gpus)
     assert "Closest to running out: node-3/gpu1" in hint
+
+
+def test_a_large_cluster_lists_its_fullest_nodes_and_counts_the_rest() -> None:
+    # 1,000 nodes took a row each, every row built two or three times a snapshot: the
+    # dashboard's loop stalled over a second at each one
+    devices = cluster(1000, 8, full=("node-617", 3))
+    devices[5 * 9] = dataclasses.replace(devices[5 * 9], unavailable="gone", used_bytes=None)
+    shown = lines(devices, plan=30 * GiB)
+    assert len(shown) == 1 + 64 + 1
+    assert shown[0].startswith("1000 nodes, 8000 GPUs · closest to full: node-617 gpu3")
+    # a node whose GPU gives no reading is nearer trouble than any: first, then the fullest
+    assert shown[1].startswith("node-6  8 GPU") and "1 unavailable" in shown[1]
+    assert shown[2].startswith("node-617  8 GPU") and "plan fits 7/8" in shown[2]
+    assert shown[-1] == "… 936 more nodes, each with 75% or more free"
+    assert all(len(s) <= 78 for s in shown)

@@ -32,6 +32,9 @@ HUGE = 10**400  # float(HUGE) raises OverflowError
         ([1] * 10**6, {}, "[1, 1, 1, 1, ...] is not a number"),
         ("four", {"whole": True}, "'four' is not a whole number"),
         ("", {}, "empty is not a number"),
+        ("1_000", {}, "'1_000' is not a number"),  # float() reads both of these
+        ("\u0967\u0968\u0969", {}, "is not a number"),  # Devanagari 123
+        ("0x10", {}, "'0x10' is not a number"),
         (1.5, {"whole": True}, "1.5 is not a whole number"),
         (0, {"low": 1, "high": 10**7}, "0 is outside 1..10,000,000"),
         (20_000_000, {"low": 1, "high": 10**7}, "20,000,000 is outside 1..10,000,000"),
@@ -54,6 +57,8 @@ def test_refused_in_one_line_without_converting(value, kwargs, message):
         ("4", {"whole": True}, 4),
         (" -3 ", {}, -3),
         ("0.05", {}, 0.05),
+        ("+1.5E3", {}, 1500.0),
+        (".5", {}, 0.5),
         (2**64, {}, 2**64),
         (1024, {"low": 1, "high": 10**7}, 1024),
     ],

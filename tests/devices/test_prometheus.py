@@ -186,11 +186,14 @@ def test_server_errors_are_one_line(prom: FakePrometheus) -> None:
 
 
 def test_a_redirect_is_not_followed_with_the_token(prom: FakePrometheus) -> None:
-    prom.behaviour.redirect = "http://127.0.0.1:1/elsewhere"
-    with pytest.raises(
-        PrometheusError, match=re.escape("redirected to http://127.0.0.1:1/elsewhere")
-    ):
+    # nor offered as the URL to give: the path it names is the query's, not a base URL
+    prom.behaviour.redirect = "http://127.0.0.1:1/elsewhere/api/v1/query?query=up"
+    with pytest.raises(PrometheusError) as caught:
         PrometheusSource(prom.url, env={"TRAINMEM_PROMETHEUS_TOKEN": "t"}).read()
+    assert "a redirect (HTTP 302, to http://127.0.0.1:1), which is not followed" in str(
+        caught.value
+    )
+    assert "/api/v1" not in str(caught.value).split("redirect")[1]
     assert len(prom.behaviour.requests) == 1
 
 
@@ -330,8 +333,8 @@ raise SystemExit(main(sys.argv[1:]))
 """
 
 
-def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "COLUMNS": "120"}
+def run_cli(*argv: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "COLUMNS": "120", **extra_env}
     return subprocess.run(
         [sys.executable, "-c", SCRIPT, "devices", *argv],
         capture_output=True,
@@ -376,3 +379,116 @@ def test_devices_prometheus_unreachable_exits_1_in_one_line() -> None:
 def test_bad_flags(argv: list[str], needle: str) -> None:
     out = run_cli(*argv)
     assert out.returncode == 2 and needle in out.stderr
+
+
+# -- bounds on what a server (or the environment) can make a read do -------------------------
+
+
+def test_a_broken_token_is_refused_without_showing_it(prom: FakePrometheus) -> None:
+    # a token read from a two-line file: urllib's ValueError quoted the header, secret included
+    env = {"TRAINMEM_PROMETHEUS_TOKEN": "s3cr3t\nx"}
+    with pytest.raises(PrometheusError, match="control or non-ASCII character") as caught:
+        PrometheusSource(prom.url, env=env).read()
+    assert "s3cr3t" not in str(caught.value) and not prom.behaviour.requests
+    out = run_cli("--prometheus", prom.url, "--json", TRAINMEM_PROMETHEUS_TOKEN="s3cr3t\nx")
+    assert out.returncode == 2 and "s3cr3t" not in out.stdout + out.stderr
+    assert "TRAINMEM_PROMETHEUS_TOKEN holds a control" in out.stderr
+    # a trailing line break (echo > file) is no part of a token
+    PrometheusSource(prom.url, env={"TRAINMEM_PROMETHEUS_TOKEN": "s3cr3t\n"}).read()
+    assert prom.behaviour.requests[0][1]["Authorization"] == "Bearer s3cr3t"
+
+
+def test_urls_are_checked_as_they_will_be_sent() -> None:
+    # full-width letters pass IDNA as "localhost"; http.client could not encode them
+    assert check_url("http://\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54:9090") == (
+        "http://localhost:9090"
+    )
+    assert check_url("http://[::1]:9090/prom/") == "http://[::1]:9090/prom"
+    with pytest.raises(ValueError, match=re.escape("percent-encoded (/pr%C3%A9%20fix)")):
+        check_url("http://127.0.0.1:9090/pr\u00e9 fix")
+
+
+def test_label_filters_are_bounded() -> None:
+    with pytest.raises(ValueError, match="characters long; at most 4,096"):
+        check_select('job="' + "x" * 5000 + '"')
+    with pytest.raises(ValueError, match="not a list of label matchers"):
+        check_select('a="b"' + " " * 4000 + "x")  # two \s* met here: quadratic to refuse
+    assert check_select('job="dcgm" , Hostname=~"n.*" ,  ') == 'job="dcgm" , Hostname=~"n.*"'
+
+
+def test_an_answer_of_too_many_series_is_refused(prom: FakePrometheus) -> None:
+    labels = dcgm_labels("node-1", 0, None)
+    one = series("DCGM_FI_DEV_FB_USED", {"Hostname": "n", "gpu": "0"}, 1)
+    prom.behaviour.gpu = [series("DCGM_FI_DEV_FB_USED", labels, 1), *[one] * 40_000]
+    with pytest.raises(PrometheusError, match=r"40,001 series answer .* over 40,000: narrow"):
+        PrometheusSource(prom.url, env={}).read()
+
+
+def test_the_answers_of_one_read_share_a_byte_budget(
+    prom: FakePrometheus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import trainmem.devices.prometheus as prometheus
+
+    whole = PrometheusSource(prom.url, env={})
+    whole.read()
+    # each answer is under the budget, the six together are not
+    monkeypatch.setattr(prometheus, "MAX_READ_BYTES", whole.bytes_read - 50)  # times vary
+    with pytest.raises(PrometheusError, match="answers are larger than"):
+        PrometheusSource(prom.url, env={}).read()
+
+
+def test_only_the_labels_read_are_kept() -> None:
+    from trainmem.devices.prometheus import _slim
+
+    labels = {**dcgm_labels("node-1", 0, "train/a"), **{f"extra{i}": "x" * 100 for i in range(30)}}
+    slim = _slim(series("DCGM_FI_DEV_FB_USED", labels, 5))
+    assert set(slim["metric"]) == {
+        "__name__",
+        "gpu",
+        "UUID",
+        "device",
+        "modelName",
+        "Hostname",
+        "instance",
+        "namespace",
+        "pod",
+    }
+    assert _slim({"metric": "nope", "value": 1}) == {"metric": {}, "value": 1}
+
+
+def test_a_gpu_labelled_system_keeps_its_own_id() -> None:
+    # it replaced the node's RAM reading, silently
+    labels = {"Hostname": "node-1", "gpu": "system"}
+    answers = {
+        "gpu": [
+            series("DCGM_FI_DEV_FB_USED", labels, 10),
+            series("DCGM_FI_DEV_FB_FREE", labels, 20),
+        ],
+        "ram": [
+            series("node_memory_MemTotal_bytes", {"instance": "node-1:9100"}, 100),
+            series("node_memory_MemAvailable_bytes", {"instance": "node-1:9100"}, 50),
+        ],
+    }
+    readings = by_id(map_readings(answers, now=time.time()))
+    assert readings["node-1/system"].kind == "system"
+    assert readings["node-1/gpu-system"].kind == "gpu"
+
+
+def test_devices_that_come_and_go_are_remembered_up_to_a_bound(
+    prom: FakePrometheus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import trainmem.devices.prometheus as prometheus
+
+    monkeypatch.setattr(prometheus, "MAX_DEVICES", 12)
+    source = PrometheusSource(prom.url, env={})
+    first = {d.id for d in source.read()}  # 9: six GPUs and three nodes' RAM
+    prom.behaviour.nodes = {"node-1"}
+    renamed = []
+    for i in range(3):  # node-1's two GPUs as three new nodes' each
+        for one in gpu_series({"node-1"}):
+            one["metric"]["Hostname"] = f"new-{i}"
+            renamed.append(one)
+    prom.behaviour.gpu = renamed
+    listed = {d.id for d in source.read()}
+    assert len(listed) == 12  # 7 now (6 GPUs, node-1's RAM) and of 8 gone, the 5 last seen
+    assert {d for d in listed if d.startswith("new-")} and len(first & listed) < len(first)

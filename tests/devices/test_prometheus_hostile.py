@@ -133,7 +133,9 @@ def one_line_error(url: str, timeout: float = 2.0) -> str:
     return text.removeprefix(f"cannot read Prometheus at {url}: ")
 
 
-NESTED = b"[" * 200_000 + b"]" * 200_000
+NESTED = b"[" * 30_000 + b"]" * 30_000  # deeper than the parser goes, fewer than 40,000 series
+# Three bytes a series, parsed 64 or more: refused as more than 40,000 series can hold
+CROWDED = b'{"status":"success","data":{"resultType":"vector","result":[' + b"{}," * 2_000_000
 
 BROKEN: list[tuple[str, Script, str]] = [
     (
@@ -145,6 +147,11 @@ BROKEN: list[tuple[str, Script, str]] = [
     ("hung up", hang_up, "RemoteDisconnected: the server closed the connection"),
     ("broken JSON", reply(http(b'{"status": "success", "data": {')), "the answer is not JSON"),
     ("nested JSON", reply(http(NESTED)), "the answer is not JSON"),
+    (
+        "crowded JSON",
+        reply(http(CROWDED + b"{}]}}")),
+        "more than 40,000 series can ({ x 2,000,003)",
+    ),
     (
         "broken chunks",
         reply(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
@@ -172,8 +179,8 @@ BROKEN: list[tuple[str, Script, str]] = [
     ),
     (
         "escapes in a redirect",
-        reply(http(b"", status="302 Found", headers="Location: http://x/\x1b[2J\r\n")),
-        "it redirected to http://x/",
+        reply(http(b"", status="302 Found", headers="Location: http://x\x1bc\x07/y\r\n")),
+        "a redirect (HTTP 302, to http://x%1Bc%07), which is not followed",
     ),
     ("a silent server", silent, "timed out after 0.5 s"),
     ("a server that trickles its headers", trickle, "timed out after 0.5 s"),
@@ -372,7 +379,7 @@ def test_label_values_that_are_not_strings_are_ignored(prom: FakePrometheus) -> 
 def test_the_dashboard_panes_show_names_and_commands_visibly() -> None:
     """A process's command line (from /proc) and a cluster's labels reach the device panes as
     Text with escapes shown: nothing a terminal would act on."""
-    from trainmem.app.widgets.devices import ClusterPane, DevicePane, _Node
+    from trainmem.app.widgets.devices import ClusterPane, DevicePane
     from trainmem.devices.snapshot import DeviceReading, ProcessReading
 
     proc = ProcessReading(pid=7, used_bytes=2**30, cmdline="python \x1b]52;c;aGk=\x07 [/]x")
@@ -383,10 +390,8 @@ def test_the_dashboard_panes_show_names_and_commands_visibly() -> None:
         "n1\x1b[2J/gpu0", "gpu", "x", None, None, None, None, (), "down \x9b31m [/]"
     )
     pane = DevicePane(local)
-    node = _Node("n1\x1b[2J")
-    node.gpus.append(remote)
     cluster = ClusterPane()
-    cluster.nodes = [node]  # as update_nodes sets it, without a running app to refresh
+    cluster.update_nodes([remote], {})
     for lines in (pane._lines(80), cluster._lines(80)):
         text = "\n".join(line.plain for line in lines)
         assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text

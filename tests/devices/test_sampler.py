@@ -61,6 +61,31 @@ def test_process_peaks_are_bounded() -> None:
     assert sorted(pid for _, pid in s.peaks().processes) == [7, 8, 9]
 
 
+def test_history_and_peaks_leave_with_their_device() -> None:
+    """A cluster whose GPUs come and go (autoscaling; a hostile server naming new ones each
+    read): a device no source lists any more takes its history and peak along."""
+    from trainmem.devices import DeviceReading
+
+    class Churning:
+        name, kind = "cluster", "gpu"
+        reads = 0
+
+        def read(self) -> tuple[DeviceReading, ...]:
+            self.reads += 1
+            return tuple(
+                DeviceReading(
+                    f"n{self.reads}-{i}/gpu0", "gpu", "H100", 80 * MiB, MiB, 79 * MiB, 80 * MiB
+                )
+                for i in range(100)
+            )
+
+    s = Sampler(extra_sources=(Churning(),), local=False)  # type: ignore[arg-type]
+    for _ in range(30):
+        snap = s.sample_once()
+    assert len(snap.devices) == 100 and all(d.id.startswith("n30-") for d in snap.devices)
+    assert len(s.device_ids()) == 100 and len(s.peaks().devices) == 100
+
+
 def test_callback_gets_every_snapshot_in_order() -> None:
     got: list[Snapshot] = []
     s = sampler_for([FakeGpu()])

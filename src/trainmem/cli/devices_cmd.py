@@ -52,7 +52,7 @@ from trainmem.cli.plan_args import GROUP, add_plan_arguments, plan_from_args, re
 from trainmem.core.errors import PlanError
 from trainmem.core.text import visible
 from trainmem.core.units import shown
-from trainmem.devices import DeviceReading, DeviceSource, Sampler, Snapshot
+from trainmem.devices import DeviceReading, Sampler, Snapshot
 
 PROG = "trainmem-tui devices"
 CSV_FIELDS = (
@@ -212,9 +212,11 @@ def _make_sampler(args: argparse.Namespace, on_snapshot: Any, interval: float = 
     from trainmem.devices.prometheus import PrometheusSource
 
     try:
-        source: DeviceSource = PrometheusSource(args.prometheus, select=args.select)
-    except ValueError as err:  # both a token and a user in the environment
+        source = PrometheusSource(args.prometheus, select=args.select)
+    except ValueError as err:
         raise UsageError(str(err)) from None
+    if source.auth_error:  # both a token and a user in the environment, a broken token
+        raise UsageError(source.auth_error)
     return Sampler(on_snapshot, interval=interval, extra_sources=(source,), local=False)
 
 

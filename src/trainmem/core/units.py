@@ -69,6 +69,12 @@ class NumberError(ValueError):
 
 MAX_MAGNITUDE = 2**64  # beyond every size, count or length planned; float() stays exact-ish
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
+# What float() reads that a number written in a file or an answer may be: ASCII digits,
+# no "1_000" and no other script's digits ("١٢٣"), which float() takes too.
+_FLOAT_TEXT = re.compile(
+    r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)",
+    re.IGNORECASE,
+)
 _MAX_TEXT = 100  # characters of a number written as text; longer is not a number we read
 
 
@@ -104,6 +110,8 @@ def checked_number(
             raise NumberError(f"{shown(text)} is not {kind}")
         if _INT_TEXT.fullmatch(text):
             number = int(text)
+        elif not _FLOAT_TEXT.fullmatch(text):
+            raise NumberError(f"{shown(text) if text else 'empty'} is not {kind}")
         else:
             try:
                 number = float(text)

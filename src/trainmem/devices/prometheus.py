@@ -80,8 +80,40 @@ from trainmem.devices.snapshot import DeviceKind, DeviceReading, ProcessReading,
 from trainmem.devices.source import SourceUnavailable
 
 MiB = 2**20
-# Larger answers are refused: a cluster of thousands of GPUs is a few MB of JSON.
+# Larger answers are refused: a cluster of thousands of GPUs is a few MB of JSON (a dcgm
+# series with Kubernetes' labels is about 500 bytes, three of them a GPU).
 MAX_ANSWER_BYTES = 32 * 2**20
+MAX_READ_BYTES = 48 * 2**20  # the six answers of one read together
+# Series one answer may hold: 40,000 is over 13,000 GPUs' three figures. More is refused
+# (narrow it with --select) before it is parsed, and so are answers holding more JSON
+# objects, lists, strings or items than that many series can (parsed, a 31 MiB answer of
+# empty objects took 700 MB).
+MAX_SERIES = 40_000
+MAX_DEVICES = 20_000  # devices listed, gone ones included (an autoscaling cluster's churn)
+# What one series can hold at most: two objects (it and its labels), a value pair, and
+# strings and commas for up to 40 labels.
+_PER_SERIES = {b"{": 2, b"[": 1, b'"': 2 * (2 * 40 + 4), b",": 40 + 4}
+# The labels read (the rest of a series' labels are dropped as it is taken).
+_USED_LABELS = frozenset(
+    (
+        "__name__",
+        "Hostname",
+        "instance",
+        "gpu",
+        "device",
+        "UUID",
+        "uuid",
+        "modelName",
+        "GPU_I_PROFILE",
+        "GPU_I_ID",
+        "pod",
+        "exported_pod",
+        "namespace",
+        "exported_namespace",
+        "kind",
+        "name",
+    )
+)
 # Label values longer than this are cut (host names are at most 253 characters, RFC 1035).
 MAX_LABEL = 256
 # The largest figures believed, far above any device (a B200 has 183,359 MiB; the largest
@@ -102,7 +134,16 @@ class _Refused(Exception):
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     # A redirect would carry the Authorization header to wherever it points.
     def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str):  # type: ignore[no-untyped-def]
-        raise _Refused(f"it redirected to {newurl}; give that URL instead")
+        # The server's URL, not the one it chose: credentials are not sent where it points.
+        try:
+            split = urllib.parse.urlsplit(newurl)
+            where = f"to {split.scheme}://{split.netloc}"
+        except ValueError:  # "Invalid IPv6 URL": a "[" in a stranger's Location
+            where = "to no valid URL"
+        raise _Refused(
+            f"it answered with a redirect (HTTP {code}, {where}), which is not followed: "
+            "give the URL Prometheus itself serves at"
+        )
 
 
 class _Watch:
@@ -213,11 +254,11 @@ class PrometheusSource:
         self.forget_after_s = forget_after_s
         # A conflict in the environment is reported by read(), as an outage is: a dashboard
         # then shows why instead of failing to start.
-        self._auth_error: str | None = None
+        self.auth_error: str | None = None  # the command line refuses to start on one
         try:
             self._auth = auth_header(os.environ if env is None else env)
         except ValueError as err:
-            self._auth, self._auth_error = None, str(err)
+            self._auth, self.auth_error = None, str(err)
         # Verification on, with the system's CAs (SSL_CERT_FILE / SSL_CERT_DIR respected).
         context = ssl_context or ssl.create_default_context()
         self._watch = _Watch()
@@ -226,11 +267,13 @@ class PrometheusSource:
         )
         self._queries = queries(self.select)
         self._seen: dict[str, _Seen] = {}
+        self.bytes_read = 0  # by the read under way
 
     # -- HTTP --------------------------------------------------------------------------------
 
-    def query(self, promql: str, deadline: float) -> list[dict[str, Any]]:
-        """One instant query's result vector (raises PrometheusError)."""
+    def query(self, promql: str, deadline: float, budget: int = MAX_READ_BYTES) -> list[_Series]:
+        """One instant query's result vector, each series with only the labels read (raises
+        PrometheusError); ``budget``: the bytes the read has left."""
         url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
         request = urllib.request.Request(url, headers={"Accept": "application/json"})
         if self._auth:
@@ -244,7 +287,7 @@ class PrometheusSource:
         timer.start()
         try:
             with self._opener.open(request, timeout=left) as response:
-                body = _read_until(response, deadline)
+                body = _read_until(response, deadline, min(budget, MAX_ANSWER_BYTES))
         except urllib.error.HTTPError as err:
             raise self._error(self._http_error(err)) from None
         except _Refused as err:
@@ -255,7 +298,17 @@ class PrometheusSource:
             raise self._error(_reason(err)) from None
         finally:
             timer.cancel()
+        self.bytes_read += len(body)
+        crowded = next(
+            (c for c, n in _PER_SERIES.items() if body.count(c) > n * MAX_SERIES + 16), None
+        )
+        if crowded is not None:
+            raise self._error(
+                f"the answer to {promql} holds more than {MAX_SERIES:,} series can "
+                f"({crowded.decode()} x {body.count(crowded):,}): narrow it with --select"
+            )
         answer = _json(body)
+        del body
         if answer is None:
             raise self._error("the answer is not JSON: is this a Prometheus server?")
         if not isinstance(answer, dict) or answer.get("status") != "success":
@@ -264,7 +317,14 @@ class PrometheusSource:
         if not isinstance(data, dict) or data.get("resultType") != "vector":
             raise self._error(f"not an instant-vector answer to {promql}")
         result = data.get("result")
-        return [r for r in result if isinstance(r, dict)] if isinstance(result, list) else []
+        if not isinstance(result, list):
+            return []
+        if len(result) > MAX_SERIES:
+            raise self._error(
+                f"{len(result):,} series answer {promql}, over {MAX_SERIES:,}: "
+                "narrow it with --select"
+            )
+        return [_slim(r) for r in result if isinstance(r, dict)]
 
     def _error(self, why: str) -> PrometheusError:
         """The one line every failure reads as; ``why`` may come from the server."""
@@ -286,10 +346,16 @@ class PrometheusSource:
     # -- DeviceSource ------------------------------------------------------------------------
 
     def read(self) -> tuple[DeviceReading, ...]:
-        if self._auth_error:
-            raise PrometheusError(self._auth_error)
+        if self.auth_error:
+            raise PrometheusError(self.auth_error)
         deadline = time.monotonic() + self.timeout
-        answers = {what: self.query(q, deadline) for what, q in self._queries.items()}
+        self.bytes_read = 0
+        answers = {}
+        for what, q in self._queries.items():  # each answer slimmed before the next is read
+            left = MAX_READ_BYTES - self.bytes_read
+            if left <= 0:
+                raise self._error(f"the answers are larger than {MAX_READ_BYTES // MiB} MiB")
+            answers[what] = self.query(q, deadline, left)
         if not answers["gpu"] and not answers["ram"] and not answers["own"]:
             shown = f" matching {{{self.select}}}" if self.select else ""
             raise PrometheusError(
@@ -306,7 +372,10 @@ class PrometheusSource:
     ) -> tuple[DeviceReading, ...]:
         """``fresh`` plus, as unavailable, the devices seen lately that it lacks, in order."""
         for d in fresh:
+            self._seen.pop(d.id, None)  # re-inserted last: the dict runs oldest seen first
             self._seen[d.id] = _Seen(d, now)
+        while len(self._seen) > MAX_DEVICES:  # the longest gone go first
+            del self._seen[next(iter(self._seen))]
         out: list[DeviceReading] = []
         for device_id, seen in list(self._seen.items()):
             away = now - seen.at
@@ -510,7 +579,14 @@ def _gpu_id(labels: Mapping[str, str]) -> str | None:
     gpu = labels.get("gpu") or labels.get("device") or labels.get("UUID")
     if not node or not gpu:
         return None
-    gpu_id = f"{node}/gpu{gpu}" if _digits(gpu) else f"{node}/{gpu}"
+    # a GPU labelled "system" or "unified" must not take the id of the node's RAM
+    gpu_id = (
+        f"{node}/gpu{gpu}"
+        if _digits(gpu)
+        else f"{node}/gpu-{gpu}"
+        if gpu in _KINDS
+        else f"{node}/{gpu}"
+    )
     if labels.get("GPU_I_ID"):
         gpu_id += f"/mig{labels['GPU_I_ID']}"
     return gpu_id
@@ -589,6 +665,18 @@ def _digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+_Series = dict[str, Any]  # {"metric": {label: value}, "value": [time, "figure"]}
+
+
+def _slim(series: Mapping[str, Any]) -> _Series:
+    """A series with only the labels read: what a read keeps of each answer."""
+    metric = series.get("metric")
+    labels = (
+        {k: metric[k] for k in _USED_LABELS & metric.keys()} if isinstance(metric, dict) else {}
+    )
+    return {"metric": labels, "value": series.get("value")}
+
+
 def _labels(series: Mapping[str, Any]) -> dict[str, str]:
     """The series' labels, each value cut to MAX_LABEL characters and shown safely."""
     metric = series.get("metric")
@@ -627,10 +715,11 @@ def _json(body: bytes) -> Any:
 
 
 def _api_error(answer: Any) -> str:
-    if isinstance(answer, dict) and answer.get("error"):
+    """The error an API answer gives (only text is taken: no repr of a server's lists)."""
+    text = answer.get("error") if isinstance(answer, dict) else None
+    if isinstance(text, str) and text:
         kind = answer.get("errorType")
-        text = str(answer["error"]) or "?"
-        return f"{_line(str(kind), 40)}: {text}" if kind else text
+        return f"{_line(kind, 40)}: {text}" if isinstance(kind, str) and kind else text
     return "not a Prometheus API answer"
 
 
@@ -665,8 +754,9 @@ def _reason(err: BaseException) -> str:
     return f"{name}: {text}" if text and text != "None" else name
 
 
-def _read_until(response: Any, deadline: float) -> bytes:
-    """The body, read in pieces so a server that trickles cannot outlast the deadline."""
+def _read_until(response: Any, deadline: float, limit: int = MAX_ANSWER_BYTES) -> bytes:
+    """The body, read in pieces so a server that trickles cannot outlast the deadline, and
+    refused past ``limit`` bytes."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -679,6 +769,11 @@ def _read_until(response: Any, deadline: float) -> bytes:
                 raise http.client.IncompleteRead(b"".join(chunks), response.length)
             return b"".join(chunks)
         size += len(chunk)
-        if size > MAX_ANSWER_BYTES:
-            raise _Refused(f"the answer is larger than {MAX_ANSWER_BYTES // MiB} MiB")
+        if size > limit:
+            whole = limit == MAX_ANSWER_BYTES
+            raise _Refused(
+                f"the answer is larger than {MAX_ANSWER_BYTES // MiB} MiB"
+                if whole
+                else f"the answers are larger than {MAX_READ_BYTES // MiB} MiB together"
+            )
         chunks.append(chunk)

@@ -32,8 +32,11 @@ MAX_URL = 2048  # characters; a base URL is far shorter
 # A DNS name (RFC 1123 labels; "_" too, as some internal names use it), checked after IDNA.
 _LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
 
+MAX_SELECT = 4096  # characters of a label filter; a long one is a few hundred
 _MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\\n]|\\.)*"\s*'
-_SELECT = re.compile(rf"(?:{_MATCHER})(?:,(?:{_MATCHER}))*,?\s*")
+# No two \s* meet (a matcher ends with one; the trailing comma brings its own): where they
+# did, a filter of many spaces took quadratic time to refuse.
+_SELECT = re.compile(rf"(?:{_MATCHER})(?:,(?:{_MATCHER}))*(?:,\s*)?")
 
 
 def check_url(text: str) -> str:
@@ -58,7 +61,7 @@ def check_url(text: str) -> str:
         port = 0
     if port == 0 or url.netloc.endswith(":"):
         raise ValueError(f"{shown(text, 80)}: the port must be a number in 1..65535")
-    check_host(url.hostname)
+    host = check_host(url.hostname)
     if url.username is not None or url.password is not None:
         # A password in a URL ends up in `ps` output and shell history.
         raise ValueError(
@@ -68,11 +71,19 @@ def check_url(text: str) -> str:
         raise ValueError(
             f"{shown(text, 80)}: give the server's base URL, without ?query or #fragment"
         )
-    return urllib.parse.urlunsplit((url.scheme, url.netloc, url.path.rstrip("/"), "", ""))
+    path = url.path.rstrip("/")
+    if not path.isascii() or " " in path:  # http.client sends no such request line
+        quoted = urllib.parse.quote(path, safe="/%")
+        raise ValueError(f"{shown(text, 80)}: write the path percent-encoded ({quoted})")
+    netloc = f"[{host}]" if ":" in host else host  # the name as IDNA writes it in ASCII
+    if url.port is not None:
+        netloc += f":{url.port}"
+    return urllib.parse.urlunsplit((url.scheme, netloc, path, "", ""))
 
 
 def check_host(host: str) -> str:
-    """``host`` if it is an IP address or a DNS name that IDNA can encode, else ValueError."""
+    """``host`` as sent: an IP address, or a DNS name in the ASCII form IDNA gives it
+    (``ｌｏｃａｌｈｏｓｔ`` is ``localhost``); ValueError for anything else."""
     try:
         ipaddress.ip_address(host)
         return host
@@ -85,12 +96,16 @@ def check_host(host: str) -> str:
     labels = ascii_name.removesuffix(".").split(".")
     if len(ascii_name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
         raise ValueError(f"{shown(host, 80)} is not a valid host name")
-    return host
+    return ascii_name
 
 
 def check_select(text: str) -> str:
     """Label matchers to put into every selector (``job="dcgm",Hostname=~"node-[0-3]"``),
     or ValueError: only matchers are accepted, so the filter cannot change a query's shape."""
+    if len(text) > MAX_SELECT:
+        raise ValueError(
+            f"the label filter is {len(text):,} characters long; at most {MAX_SELECT:,}"
+        )
     text = text.strip().removeprefix("{").removesuffix("}").strip()
     if text and not _SELECT.fullmatch(text):
         raise ValueError(
@@ -122,6 +137,11 @@ def auth_header(env: Mapping[str, str]) -> str | None:
     if token and user:
         raise ValueError(f"set {TOKEN_ENV} or {USER_ENV}/{PASSWORD_ENV}, not both")
     if token:
+        if not (token.isascii() and token.isprintable()):  # never the value: it is a secret
+            raise ValueError(
+                f"{TOKEN_ENV} holds a control or non-ASCII character (a token read from a "
+                "file with its line break?); no token can"
+            )
         return f"Bearer {token}"
     if user:
         pair = f"{user}:{env.get(PASSWORD_ENV, '')}".encode()

@@ -350,6 +350,13 @@ class Sampler:
         with self._data_lock:
             self._seq += 1
             devices = tuple(self._record(d, now) for d in devices)
+            # A device no source lists any more (a source keeps a failed one's readings,
+            # and Prometheus's gone devices for forget_after_s) takes its history along, so
+            # a cluster whose GPUs come and go does not grow this without end.
+            listed = {d.id for d in devices}
+            for gone in [i for i in self._history if i not in listed]:
+                del self._history[gone]
+                self._device_peaks.pop(gone, None)
             snap = Snapshot(
                 timestamp=now,
                 devices=devices,

@@ -163,6 +163,7 @@ class DevicePane(Widget):
 # Up to this many nodes (and GPUs in all), each GPU has a line of its own.
 FEW_NODES = 4
 FEW_GPUS = 16
+MAX_NODE_LINES = 64  # nodes listed a row each: past it, the fullest, and the rest counted
 
 
 def _free_fraction(d: DeviceReading) -> float | None:
@@ -225,6 +226,9 @@ class _Node:
             g for g in self.gpus if not g.unavailable and g.total_bytes and g.used_bytes is not None
         ]
 
+    def any_unavailable(self) -> bool:
+        return any(d.unavailable for d in [*self.gpus, *([self.ram] if self.ram else [])])
+
     def tightest(self) -> tuple[float, DeviceReading] | None:
         """(free fraction, device) of the GPU with least free memory (RAM on a CPU node)."""
         pool = self.gpus or ([self.ram] if self.ram else [])
@@ -269,7 +273,10 @@ class _Node:
 
 
 class ClusterPane(Widget):
-    """Every remote node: a summary row each, and with few nodes a line per GPU."""
+    """Every remote node: a summary row each, and with few nodes a line per GPU; past
+    MAX_NODE_LINES nodes, the ones closest to full and a line for the rest. Each snapshot's
+    rows are built once, as it arrives: drawing only lays them out (a cluster's nodes, in
+    the thousands, cost their rows once a second, not once a frame)."""
 
     DEFAULT_CSS = "ClusterPane { height: auto; column-span: 2; }"
 
@@ -277,43 +284,74 @@ class ClusterPane(Widget):
         super().__init__(id="cluster", classes="device-pane")
         self.nodes: list[_Node] = []
         self.plan_bytes: dict[str, int | None] = {}
+        self._head = Text()
+        self._rows: list[tuple[Text, list[DeviceReading]]] = []  # summary, GPUs listed under
+        self._rest: Text | None = None
+        self._count = 0
 
     def update_nodes(
         self, devices: Sequence[DeviceReading], plan_bytes: dict[str, int | None]
     ) -> None:
-        before = len(self._lines(80))
         nodes: dict[str, _Node] = {}
         for d in devices:
-            node = nodes.setdefault(node_of(d.id) or d.id, _Node(node_of(d.id) or d.id))
+            name = node_of(d.id) or d.id
+            node = nodes.get(name)
+            if node is None:
+                node = nodes[name] = _Node(name)
             if d.kind == "system":
                 node.ram = d
             else:
                 node.gpus.append(d)
         self.nodes, self.plan_bytes = list(nodes.values()), plan_bytes
-        self.set_class(any(low_free(g) for n in self.nodes for g in n.gpus), "-low")
-        self.refresh(layout=len(self._lines(80)) != before)
-
-    def render(self) -> RenderableType:
-        return AtWidth(self._lines)
-
-    def _lines(self, width: int) -> list[Text]:
-        width = max(10, width)
+        self.set_class(any(d.kind != "system" and low_free(d) for d in devices), "-low")
+        tightness = {id(n): n.tightest() for n in self.nodes}
         gpus = sum(len(n.gpus) for n in self.nodes)
+        self._head = self._header(gpus, tightness)
+        shown, self._rest = self.nodes, None
+        if len(self.nodes) > MAX_NODE_LINES:
+            # a node with a device unread first, then the fullest
+            def rank(n: _Node) -> float:
+                t = tightness[id(n)]
+                return -1.0 if t is None or n.any_unavailable() else t[0]
+
+            ranked = sorted(self.nodes, key=rank)
+            shown, rest = ranked[:MAX_NODE_LINES], ranked[MAX_NODE_LINES:]
+            least = min((t[0] for n in rest if (t := tightness[id(n)])), default=None)
+            more = f"… {len(rest):,} more nodes"
+            self._rest = Text(
+                more
+                + (f", each with {100 * least:.0f}% or more free" if least is not None else ""),
+                style="dim",
+            )
+        detailed = len(self.nodes) <= FEW_NODES and gpus <= FEW_GPUS
+        self._rows = [(n.summary(plan_bytes), n.gpus if detailed else []) for n in shown]
+        count = 1 + sum(1 + len(listed) for _, listed in self._rows) + (self._rest is not None)
+        self.refresh(layout=count != self._count)
+        self._count = count
+
+    def _header(self, gpus: int, tightness: dict[int, tuple[float, DeviceReading] | None]) -> Text:
         head = Text(no_wrap=True, overflow="ellipsis")
         head.append(f"{len(self.nodes)} node{'s' * (len(self.nodes) != 1)}, {gpus} GPUs")
-        tight = [(t[0], n, t[1]) for n in self.nodes if (t := n.tightest()) is not None]
+        tight = [(t[0], n, t[1]) for n in self.nodes if (t := tightness[id(n)]) is not None]
         if tight:
             fraction, node, d = min(tight, key=lambda x: x[0])
             what = visible(d.id.partition("/")[2])
             head.append(" · closest to full: ")
             head.append(visible(node.name), style="bold")
             head.append(f" {what} {fmt_bytes(d.free_bytes or 0)} free ({100 * fraction:.0f}%)")
-        lines = [head]
-        detailed = len(self.nodes) <= FEW_NODES and gpus <= FEW_GPUS
-        for node in self.nodes:
-            lines.append(node.summary(self.plan_bytes))
-            if detailed:
-                lines.extend(self._gpu_line(g, width) for g in node.gpus)
+        return head
+
+    def render(self) -> RenderableType:
+        return AtWidth(self._lines)
+
+    def _lines(self, width: int) -> list[Text]:
+        width = max(10, width)
+        lines = [self._head]
+        for summary, listed in self._rows:
+            lines.append(summary)
+            lines.extend(self._gpu_line(g, width) for g in listed)
+        if self._rest is not None:
+            lines.append(self._rest)
         return lines
 
     def _gpu_line(self, g: DeviceReading, width: int) -> Text:
@@ -357,9 +395,10 @@ class DevicesPanel(Container):
     ) -> None:
         """Draw ``snapshot`` with recent history; ``plan_bytes`` marks the GPUs (or, on a
         machine without any, the memory the plan would run in)."""
-        history = {
+        history = {  # the cluster pane draws none: its thousands of GPUs copy none
             d.id: [p.used_bytes for p in sampler.history(d.id)[-HISTORY_POINTS:]]
             for d in snapshot.devices
+            if node_of(d.id) is None
         }
         marks: dict[str, int | None] = {}
         if plan_bytes is not None:
@@ -373,8 +412,10 @@ class DevicesPanel(Container):
         history: dict[str, list[int | None]],
         plan_bytes: dict[str, int | None],
     ) -> None:
-        local = [d for d in devices if node_of(d.id) is None]
-        remote = [d for d in devices if node_of(d.id) is not None]
+        local: list[DeviceReading] = []
+        remote: list[DeviceReading] = []
+        for d in devices:
+            (local if node_of(d.id) is None else remote).append(d)
         panes = {p.reading.id: p for p in self.query(DevicePane)}
         clusters = list(self.query(ClusterPane))
         if [d.id for d in local] != list(panes) or bool(remote) != bool(clusters):
