@@ -255,3 +255,27 @@ def test_empty_traces_are_not_taken_for_shared_objects(tmp_path):
     """Pickle gives every empty tuple as the one empty tuple: repeating it repeats nothing."""
     snap = load_snapshot(write(tmp_path, {"segments": [], "device_traces": [(), ()]}))
     assert snap.traces == ((), ())
+
+
+def test_pickles_that_unfold_in_memory_are_refused_at_once(tmp_path):
+    """A 9-byte pickle whose one PUT names memo slot 2^29 (the C unpickler grew its memo to
+    8 GB) and 2 MB of 1-byte EMPTY_SET opcodes (a set each: 250 times the file in memory):
+    both refused while unpickling, each object counted as it is made."""
+    memo = tmp_path / "memo.pickle"
+    memo.write_bytes(b"\x80\x02}r" + (2**29).to_bytes(4, "little") + b".")
+    with pytest.raises(SnapshotError, match="no 'segments' and 'device_traces'"):
+        load_snapshot(memo)
+    sets = tmp_path / "sets.pickle"
+    sets.write_bytes(b"\x80\x04}(\x8c\x08segments](" + b"\x8f" * 2**21 + b"e.")
+    with pytest.raises(SnapshotError, match="refused to unpickle.*a set"):
+        load_snapshot(sets)
+    dicts = tmp_path / "dicts.pickle"
+    dicts.write_bytes(b"\x80\x04}(\x8c\x08segments](" + b"}" * 2**21 + b"e.")
+    with pytest.raises(SnapshotError, match=r"makes more than 1,049,\d+ objects for its size"):
+        load_snapshot(dicts)
+
+
+def test_an_action_of_the_wrong_type_is_one_line(tmp_path):
+    data = {"segments": [], "device_traces": [[{**entry("alloc", 512, 512), "action": ["x"]}]]}
+    with pytest.raises(SnapshotError, match="trace entry 0 of device 0 has an unknown action"):
+        load_snapshot(write(tmp_path, data))

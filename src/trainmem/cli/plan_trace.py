@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import sys
 from typing import Any
 
 from trainmem.core.errors import PlanError
 from trainmem.core.estimator import outside_allocator
 from trainmem.core.units import fmt_bytes
+from trainmem.sources.children import module_command
 
 TIMEOUT_S = 900  # a 70B plan's two fake steps take minutes on a laptop; beyond this, stop
 INTEGERS = (
@@ -36,7 +36,7 @@ def traced(report: Any) -> dict[str, Any]:
     }
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "trainmem.probe.trace"],
+            module_command("trainmem.probe.trace"),
             input=json.dumps(request),
             capture_output=True,
             text=True,

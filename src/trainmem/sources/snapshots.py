@@ -22,7 +22,7 @@ import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from trainmem.core.alloc_conf import DEFAULT, AllocatorConfig, AllocConfError, parse_alloc_conf
 from trainmem.core.allocator import Alloc, EmptyCache, Event, Free, Simulation
@@ -55,9 +55,67 @@ class _Refused(pickle.UnpicklingError):
     pass
 
 
-class _PlainUnpickler(pickle.Unpickler):
+class _TooMany(_Refused):
+    pass
+
+
+# The opcodes that make a new object, or a memo entry: counted against the file's size.
+_MAKES = frozenset(
+    op[0]
+    for op in (
+        *(pickle.EMPTY_DICT, pickle.EMPTY_LIST, pickle.TUPLE, pickle.TUPLE1, pickle.TUPLE2),
+        *(pickle.TUPLE3, pickle.LIST, pickle.DICT, pickle.STRING, pickle.BINSTRING),
+        *(pickle.SHORT_BINSTRING, pickle.UNICODE, pickle.BINUNICODE, pickle.SHORT_BINUNICODE),
+        *(pickle.BINUNICODE8, pickle.BINBYTES, pickle.SHORT_BINBYTES, pickle.BINBYTES8),
+        *(pickle.BYTEARRAY8, pickle.INT, pickle.BININT, pickle.BININT2, pickle.LONG),
+        *(pickle.LONG1, pickle.LONG4, pickle.FLOAT, pickle.BINFLOAT, pickle.PUT),
+        *(pickle.BINPUT, pickle.LONG_BINPUT, pickle.MEMOIZE),
+    )
+)
+# No snapshot holds a set (nor a buffer): refused, not built (an EMPTY_SET is 1 byte).
+_NEVER = frozenset(
+    op[0] for op in (pickle.EMPTY_SET, pickle.ADDITEMS, pickle.FROZENSET, pickle.NEXT_BUFFER)
+)
+MAKES_PER_BYTE = 2  # a new object or memo entry takes at least 2 pickled bytes honestly
+
+
+def _counted(code: int, load: Any) -> Any:
+    if code in _NEVER:
+
+        def refuse(self: _PlainUnpickler) -> None:
+            raise _Refused(f"it holds a set or buffer (opcode {bytes([code])!r})")
+
+        return refuse
+    if code not in _MAKES:
+        return load
+
+    def run(self: _PlainUnpickler) -> None:
+        self.made += 1
+        if self.made > self.budget:
+            raise _TooMany(f"it makes more than {self.budget:,} objects for its size")
+        load(self)
+
+    return run
+
+
+class _PlainUnpickler(pickle._Unpickler):
     """Builds only what needs no global: a pickle naming any class or function is refused
-    before anything is called."""
+    before anything is called.
+
+    Python's own unpickler (pickle._Unpickler), not the C one: the C one keeps its memo as
+    an array, which one PUT of index 2^29 (a 9-byte file) grows to 8 GB before any check
+    could run; this one's memo is a dict. Each new object and memo entry counts against
+    ``budget`` (half the file's bytes) as it is made, so a file of 1-byte opcodes that each
+    make an object (parsed by the C unpickler, 250 times its size in memory) stops there.
+    About five times slower than the C unpickler: 8 MB of snapshot take 2-3 s here."""
+
+    dispatch: ClassVar[dict[int, Any]] = {
+        code: _counted(code, load) for code, load in pickle._Unpickler.dispatch.items()
+    }
+
+    def __init__(self, file: io.BytesIO, budget: int) -> None:
+        super().__init__(file)
+        self.made, self.budget = 0, budget
 
     def find_class(self, module: str, name: str) -> Any:
         raise _Refused(f"it names {module[:60]}.{name[:60]}")
@@ -141,7 +199,9 @@ def read_snapshot(data: bytes, name: str) -> Snapshot:
     """The snapshot pickled in ``data``; SnapshotError (one line) for anything else."""
     walk = _Walk(name, len(data))
     try:
-        raw = _PlainUnpickler(io.BytesIO(data)).load()
+        raw = _PlainUnpickler(io.BytesIO(data), len(data) // MAKES_PER_BYTE + 1000).load()
+    except _TooMany as exc:
+        raise walk.fail(str(exc)) from None
     except _Refused as exc:
         raise walk.fail(f"refused to unpickle ({exc})") from None
     except Exception as exc:  # a truncated or corrupt pickle raises nearly anything
@@ -175,7 +235,7 @@ def read_snapshot(data: bytes, name: str) -> Snapshot:
             what = f"trace entry {i} of device {d}"
             entry = walk.mapping(entry, what)
             action = entry.get("action")
-            if action not in _ACTIONS:
+            if not isinstance(action, str) or action not in _ACTIONS:  # a list is unhashable
                 raise walk.fail(f"{what} has an unknown action")
             addr = 0 if action in ("oom", "snapshot") else walk.size(entry, "addr", what)
             entries.append(

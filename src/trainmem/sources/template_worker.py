@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from trainmem.sources.children import module_command
 from trainmem.sources.template_render import (
     Budget,
     TemplateBudgetError,
@@ -58,7 +59,7 @@ class Worker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "trainmem.sources.template_worker"],
+                module_command("trainmem.sources.template_worker"),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,  # a crash is told in one line, not its traceback
