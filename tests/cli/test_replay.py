@@ -267,7 +267,7 @@ def test_pickles_that_unfold_in_memory_are_refused_at_once(tmp_path):
         load_snapshot(memo)
     sets = tmp_path / "sets.pickle"
     sets.write_bytes(b"\x80\x04}(\x8c\x08segments](" + b"\x8f" * 2**21 + b"e.")
-    with pytest.raises(SnapshotError, match="refused to unpickle.*a set"):
+    with pytest.raises(SnapshotError, match=r"refused to unpickle.*a set"):
         load_snapshot(sets)
     dicts = tmp_path / "dicts.pickle"
     dicts.write_bytes(b"\x80\x04}(\x8c\x08segments](" + b"}" * 2**21 + b"e.")
