@@ -168,6 +168,13 @@ class _Pool:
         self.small = small
         self.keys: list[tuple[int, int, int]] = []
         self.blocks: dict[int, _Block] = {}  # by address
+        # The cached blocks that are whole segments (what release_cached_blocks can give
+        # back), so that emptying the cache looks at them only: a trace that empties it
+        # after every free beside thousands of split cached blocks walked them all each time.
+        self.whole: dict[int, _Block] = {}
+        # Likewise the cached blocks of expandable segments that span a page or more: only
+        # those can hold a whole page for unmap_block to give back.
+        self.pageful: dict[int, _Block] = {}
         self.unmapped_keys: list[tuple[int, int]] = []
         self.unmapped: dict[int, _Block] = {}
         self.get_free_blocks_call_count = 0
@@ -176,10 +183,18 @@ class _Pool:
         block.gc_base = self.get_free_blocks_call_count
         insort(self.keys, (block.stream, block.size, block.ptr))
         self.blocks[block.ptr] = block
+        # a block's neighbours and size change only while it is out of the pool
+        if block.segment is None:
+            if block.prev is None and block.next is None:
+                self.whole[block.ptr] = block
+        elif block.size >= block.segment.page:
+            self.pageful[block.ptr] = block
 
     def erase(self, block: _Block) -> None:  # BlockPool::erase_from_blocks
         del self.keys[bisect_left(self.keys, (block.stream, block.size, block.ptr))]
         del self.blocks[block.ptr]
+        self.whole.pop(block.ptr, None)
+        self.pageful.pop(block.ptr, None)
 
     def at(self, index: int) -> _Block:
         return self.blocks[self.keys[index][2]]
@@ -544,12 +559,12 @@ class CachingAllocator:
         """release_cached_blocks: every unsplit cached segment goes back (cudaFree); the free
         pages of expandable segments are unmapped."""
         for pool in (self.large, self.small):  # release_blocks(large), then small
-            to_unmap = []
-            for block in [pool.blocks[k[2]] for k in pool.keys]:
-                if block.segment is not None:
-                    to_unmap.append(block)
-                elif not block.is_split():
-                    self._release_block(block)
+            whole = sorted(pool.whole.values(), key=lambda b: (b.stream, b.size, b.ptr))
+            for block in whole:  # in the pool's order, as release_blocks walks it
+                self._release_block(block)
+            if not self.config.expandable_segments:
+                continue
+            to_unmap = sorted(pool.pageful.values(), key=lambda b: (b.stream, b.size, b.ptr))
             for block in to_unmap:
                 self._unmap_block(pool, block)
                 if not block.mapped and not block.is_split():  # release_expandable_segment
