@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from trainmem.core.alloc_conf import parse_alloc_conf
 from trainmem.core.allocator import (
-    CachingAllocator,
     Alloc,
+    CachingAllocator,
     EmptyCache,
     Free,
     allocation_size,
