@@ -279,3 +279,22 @@ def test_an_action_of_the_wrong_type_is_one_line(tmp_path):
     data = {"segments": [], "device_traces": [[{**entry("alloc", 512, 512), "action": ["x"]}]]}
     with pytest.raises(SnapshotError, match="trace entry 0 of device 0 has an unknown action"):
         load_snapshot(write(tmp_path, data))
+
+
+def test_compressed_files_and_a_memory_fraction_say_what_to_do(tmp_path, capsys):
+    import gzip
+
+    path = tmp_path / "snap.pickle.gz"
+    path.write_bytes(gzip.compress(pickle.dumps(snapshot())))
+    status, _, err = replay([str(path)], capsys)
+    assert status == 2 and "gzip-compressed: decompress it first" in err
+    zipped = tmp_path / "snap.pt"
+    zipped.write_bytes(b"PK\x03\x04" + b"\0" * 100)
+    status, _, err = replay([str(zipped)], capsys)
+    assert status == 2 and "a zip archive (what torch.save writes)" in err
+    shared = {
+        **snapshot(),
+        "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "per_process_memory_fraction:0.5"},
+    }
+    status, _, err = replay([write(tmp_path, shared)], capsys)
+    assert status == 2 and "give that memory with --capacity" in err

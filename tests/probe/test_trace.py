@@ -35,3 +35,13 @@ def test_bare_count_is_refused_on_the_command_line(capsys: pytest.CaptureFixture
         err == "trainmem-tui plan: error: trace: needs the model's config (a catalogue id, "
         "config.json or id)"
     )
+
+
+def test_a_model_type_estimated_as_llama_like_is_not_traced() -> None:
+    # transformers would build its own "bert" (a causal BERT) and the trace would be set
+    # beside the Llama-like estimate of another model
+    from dataclasses import replace
+
+    spec = replace(resolve_model("SmolLM2-135M"), model_type="bert")
+    with pytest.raises(PlanError, match="'bert' is estimated as Llama-like"):
+        check(Plan(model="SmolLM2-135M").validated(), spec)

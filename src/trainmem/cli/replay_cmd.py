@@ -78,6 +78,12 @@ def run(ns: argparse.Namespace) -> int:
         if ns.alloc_conf is None:
             config, origin = snapshot_config(snapshot)
         replay = replay_events(snapshot, ns.device)
+        if capacity is None and config.per_process_memory_fraction < 1.0:
+            return _fail(
+                f"{origin} sets per_process_memory_fraction "
+                f"{config.per_process_memory_fraction:g}, a share of the GPU's memory: "
+                "give that memory with --capacity (e.g. --capacity 80GiB)"
+            )
         sim = simulate(replay.events, capacity=capacity, config=config)
         other = replace(config, expandable_segments=not config.expandable_segments)
         alt = simulate(replay.events, capacity=capacity, config=other)

@@ -375,7 +375,7 @@ def spec_from_config(
     intermediate = _int(cfg, "intermediate_size")
     experts, per_token = _experts(cfg)
     notes: list[str] = []
-    if model_type not in _KNOWN:
+    if not modelled(model_type):
         notes.append(f"model_type {shown(model_type)} is not modelled exactly; assumed Llama-like")
     attention_bias = _flag(cfg, "attention_bias", False)
     spec = ModelSpec(
@@ -504,6 +504,11 @@ _TYPICAL = (  # (params, hidden, layers)
     (70e9, 8192, 80),
     (405e9, 16384, 126),
 )
+
+
+def modelled(model_type: str) -> bool:
+    """Whether the estimate follows ``model_type``'s own modules (else: Llama-like)."""
+    return model_type in _KNOWN
 
 
 def _assumed_shape(params: int) -> tuple[int, int, int]:

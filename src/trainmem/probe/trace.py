@@ -42,10 +42,11 @@ from typing import Any
 
 from trainmem.core.alloc_conf import DEFAULT, AllocatorConfig
 from trainmem.core.allocator import Alloc, Event, Free, simulate
-from trainmem.core.architecture import ModelSpec
+from trainmem.core.architecture import ModelSpec, modelled
 from trainmem.core.device_peak import with_workspaces, workspace_bytes
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan, parse_saved_modules
+from trainmem.core.text import visible
 
 OPTIMIZERS = ("adamw", "adamw-foreach", "sgd")
 
@@ -71,6 +72,12 @@ def check(plan: Plan, spec: ModelSpec) -> None:
     """Refuse, one line each, what a fake-tensor trace of the Trainer's step cannot run."""
     if spec.assumed:
         raise PlanError("trace", "needs the model's config (a catalogue id, config.json or id)")
+    if not modelled(spec.model_type):  # the trace would build transformers' own model
+        raise PlanError(
+            "trace",
+            f"model_type {visible(spec.model_type)[:60]!r} is estimated as Llama-like: a trace "
+            "of its own architecture would not be the model the estimate describes",
+        )
     if plan.method not in ("full", "lora"):
         # QLoRA: bitsandbytes' Params4bit is a tensor subclass (torch.Tensor._make_subclass),
         # which FakeTensorMode refuses to wrap, so its weights cannot be shapes only

@@ -148,8 +148,10 @@ def open_file(path: Path, *, what: str) -> Iterator[tuple[IO[bytes], int]]:
 
 def read_bytes(path: Path, *, limit: int, what: str = "") -> bytes:
     """The whole file, refused when it holds more than ``limit`` bytes."""
-    with open_file(path, what=what) as (f, _):
-        data = f.read(limit + 1)  # never trust st_size: /proc files and growing files lie
+    with open_file(path, what=what) as (f, size):
+        if size > limit:  # a size over the limit is refused unread (a sparse 2 GB file)
+            raise FileReadError(f"{_name(path, what)} is larger than {limit:,} bytes")
+        data = f.read(limit + 1)  # a size under it is not trusted: /proc and growing files lie
     if len(data) > limit:
         raise FileReadError(f"{_name(path, what)} is larger than {limit:,} bytes")
     return data

@@ -198,6 +198,13 @@ class _Walk:
 def read_snapshot(data: bytes, name: str) -> Snapshot:
     """The snapshot pickled in ``data``; SnapshotError (one line) for anything else."""
     walk = _Walk(name, len(data))
+    if data[:2] == b"\x1f\x8b":
+        raise walk.fail("it is gzip-compressed: decompress it first (gunzip)")
+    if data[:4] == b"PK\x03\x04":  # torch.save's zip archive
+        raise walk.fail(
+            "it is a zip archive (what torch.save writes); a snapshot is the pickle "
+            "torch.cuda.memory._dump_snapshot writes"
+        )
     try:
         raw = _PlainUnpickler(io.BytesIO(data), len(data) // MAKES_PER_BYTE + 1000).load()
     except _TooMany as exc:
