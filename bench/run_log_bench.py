@@ -30,22 +30,17 @@ from machine import cpu_name
 
 from trainmem.app.runs import RunLogPoller
 from trainmem.core.run_log import FORMAT_VERSION, RUN, STEP
+from trainmem.sources import catalog
 from trainmem.sources.run_logs import RunLogTail
 
 MiB, GiB = 2**20, 2**30
-CONFIG = {
-    "model_type": "llama",
-    "hidden_size": 2048,
-    "num_hidden_layers": 16,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "intermediate_size": 8192,
-    "vocab_size": 128256,
-    "torch_dtype": "bfloat16",
-}
+MODEL = "meta-llama/Llama-3.2-1B"  # its config.json, as the probe would log it
 
 
 def run_record() -> dict[str, Any]:
+    entry = catalog.find(MODEL)
+    assert entry is not None
+    config = entry.config
     return {
         "format": FORMAT_VERSION,
         "kind": RUN,
@@ -55,7 +50,7 @@ def run_record() -> dict[str, Any]:
         "peaks": "exact",
         "plan": {"method": "lora", "seq_len": 2048, "batch": 4, "precision": "bf16"},
         "observed": ["batch", "seq_len"],
-        "model": {"name": "a 1B Llama", "config": CONFIG},
+        "model": {"name": MODEL, "config": config},
     }
 
 
