@@ -120,6 +120,22 @@ def test_cached_ids_need_a_config_at_main(tmp_path, monkeypatch):
     assert resolve_model(f"acme/pinned@{NEW_SHA}").source == "hf-cache"
 
 
+def test_a_refs_file_no_commit_hash_fits_is_not_read(tmp_path, monkeypatch):
+    """huggingface_hub reads refs/main whole: a sparse 64 GiB one raised MemoryError (a
+    traceback), and a FIFO there would block; such a ref counts as not cached."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    write_cached(tmp_path, "acme/tiny", OLD_SHA, CONFIG)
+    write_cached(tmp_path, "acme/fifo", NEW_SHA, CONFIG, refs=())
+    ref = tmp_path / "models--acme--tiny" / "refs" / "main"
+    with ref.open("r+b") as f:
+        f.truncate(64 * 2**30)  # sparse: no disk taken
+    (tmp_path / "models--acme--fifo" / "refs").mkdir()
+    os.mkfifo(tmp_path / "models--acme--fifo" / "refs" / "main")
+    assert cached_model_ids() == []
+    with pytest.raises(PlanError, match="unknown model"):
+        resolve_model("acme/tiny")
+
+
 def test_no_cache_folder_means_no_ids(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "absent"))
     assert cached_model_ids() == []

@@ -39,6 +39,7 @@ from trainmem.sources.tokens import Tokens, load_tokens
 PERCENTILES = (50, 90, 95, 99)
 SHOWN_LINES = 5  # malformed lines listed by number; all are counted
 BATCH = 256  # examples counted per tokenizer call
+BATCH_CHARS = 32 * 2**20  # and at most this much of their text held for one
 
 
 @dataclass
@@ -148,6 +149,7 @@ def scan(dataset: Dataset, tokens: Tokens, *, batch: int = BATCH) -> Scan:
         pending.clear()
 
     pending: list[tuple[int, Example]] = []
+    held = 0
     for where, ex in examples:
         if isinstance(ex, Malformed):
             bad_count += 1
@@ -155,8 +157,10 @@ def scan(dataset: Dataset, tokens: Tokens, *, batch: int = BATCH) -> Scan:
                 bad.append((where, ex.why))
             continue
         pending.append((where, ex))
-        if len(pending) >= batch:
+        held += ex.chars
+        if len(pending) >= batch or held >= BATCH_CHARS:  # 256 records of 64 MiB: 16 GiB
             flush(pending)
+            held = 0
     flush(pending)
     bad.sort()
     if lengths.examples == 0:

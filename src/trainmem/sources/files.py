@@ -177,7 +177,7 @@ def parse_json(text: str | bytes, *, what: str, max_depth: int = MAX_DEPTH) -> A
     check their values. Integers over 4,300 digits are refused by Python itself."""
     if isinstance(text, bytes):  # json.loads would guess UTF-16 or UTF-32 from the bytes
         try:
-            text = text.decode("utf-8")
+            text = text.decode("utf-8-sig")  # a byte-order mark is no part of the JSON
         except UnicodeDecodeError as exc:
             raise FileReadError(f"{what} is not UTF-8 text (byte {exc.start})") from None
     try:

@@ -11,6 +11,7 @@ Tokens are never read here: huggingface_hub finds HF_TOKEN or the `hf auth login
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 _TRUE = {"1", "ON", "YES", "TRUE"}  # constants.ENV_VARS_TRUE_VALUES in 2.4.0
@@ -54,6 +55,21 @@ def offline() -> bool:
     return value.upper() in _TRUE or constants.is_offline_mode()
 
 
+MAX_REF = 1024  # bytes of a refs file: a commit hash is 40
+
+
+def _refs_ok(hf_id: str, revision: str | None) -> bool:
+    """Whether the cache's refs file for the revision, if any, is one huggingface_hub can read
+    safely: it reads the file whole (a 64 GiB sparse one raised MemoryError, a 2 GiB one took
+    6 GB) and would block on a FIFO. A revision that is a commit hash needs none."""
+    ref = hub_cache_dir() / f"models--{hf_id.replace('/', '--')}" / "refs" / (revision or "main")
+    try:
+        st = ref.lstat()
+    except (OSError, ValueError):  # no such ref (a commit hash, or not cached): nothing to read
+        return True
+    return stat.S_ISREG(st.st_mode) and st.st_size <= MAX_REF
+
+
 def cached_file(hf_id: str, filename: str, revision: str | None = None) -> Path | None:
     """A file of ``hf_id`` in the local cache at ``revision`` (``refs/main`` when None), or None.
 
@@ -61,6 +77,8 @@ def cached_file(hf_id: str, filename: str, revision: str | None = None) -> Path 
     and never falls back to another snapshot; it raises on ids that are not valid repo ids."""
     from huggingface_hub import try_to_load_from_cache
 
+    if not _refs_ok(hf_id, revision):
+        return None
     try:
         found = try_to_load_from_cache(
             hf_id, filename, cache_dir=hub_cache_dir(), revision=revision
@@ -70,17 +88,19 @@ def cached_file(hf_id: str, filename: str, revision: str | None = None) -> Path 
     return Path(found) if isinstance(found, str) else None  # or the _CACHED_NO_EXIST marker
 
 
-def cached_model_ids() -> list[str]:
-    """Model ids whose config.json the resolver finds in the cache (scan_cache_dir)."""
-    root = hub_cache_dir()
-    if not root.is_dir():
-        return []
-    from huggingface_hub import scan_cache_dir
-    from huggingface_hub.errors import CacheNotFound
+MAX_CACHED_REPOS = 10_000  # folders of the cache looked at for model ids
 
+
+def cached_model_ids() -> list[str]:
+    """Model ids whose config.json the resolver finds in the cache: the cache's
+    ``models--org--name`` folders (huggingface_hub's layout, file_download.py
+    repo_folder_name), each looked up as cached_file does. Not scan_cache_dir, which reads
+    every refs file whole."""
+    root = hub_cache_dir()
     try:
-        info = scan_cache_dir(root)  # corrupted repos go to info.warnings, not raised
-    except (CacheNotFound, ValueError, OSError):
+        with os.scandir(root) as entries:
+            names = [e.name for _, e in zip(range(MAX_CACHED_REPOS), entries, strict=False)]
+    except (OSError, ValueError):
         return []
-    ids = {r.repo_id for r in info.repos if r.repo_type == "model"}
+    ids = {n.removeprefix("models--").replace("--", "/") for n in names if n.startswith("models--")}
     return sorted(i for i in ids if cached_file(i, "config.json") is not None)

@@ -228,3 +228,59 @@ def test_a_template_slow_on_every_conversation_is_stopped_in_all():
     assert "ms each; real templates take about a millisecond" in one_line(err.value)
     fast = Tokens(CharCounter(), ChatTemplate(slow, budget=SMALL), True, "test")
     assert len(fast.measure([Chat(CONVERSATION)] * 20)) == 20  # the default budget lets it run
+
+
+# -- helper-29's review: what one record or one file could make a scan do --------------------
+
+
+def test_a_text_too_long_to_tokenize_is_that_example_only(tmp_path: Path, monkeypatch):
+    """tokenizers takes about 80 times a text's size to encode it: two 60 MB records (a 1.8
+    MB gzip) took 10 GB or aborted the process. A text over MAX_TOKENIZED is not encoded,
+    and the rest go BATCH_CHARS at a time."""
+    import trainmem.sources.tokens as tokens_mod
+
+    monkeypatch.setattr(tokens_mod, "MAX_TOKENIZED", 1000)
+    monkeypatch.setattr(tokens_mod, "BATCH_CHARS", 50)
+    tok = Tokenizer(tokenizer_folder(tmp_path / "m") / "tokenizer.json")
+    calls = []
+    real = tok._encode
+    monkeypatch.setattr(tok, "_encode", lambda t, **kw: (calls.append(len(t)), real(t, **kw))[1])
+    texts = ["hello world"] * 10 + ["hello " * 200] + ["world"]
+    counts = tok.count(texts, special=False)
+    assert counts[:10] == [2] * 10 and counts[11] == 1
+    assert counts[10] == "over 1,000 characters: not tokenized"
+    assert max(calls) <= 5  # 11 characters a text, 50 a call
+
+
+def test_records_that_cannot_be_measured_are_malformed(tmp_path: Path):
+    def say(content: object) -> dict:
+        return {"messages": [{"role": "user", "content": content}]}
+
+    turns = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}] * 600
+    path = write_jsonl(
+        tmp_path / "d.jsonl",
+        [
+            say("fine"),
+            say("a\udc80b"),  # JSON's escape of a lone surrogate: it stopped the whole scan
+            say([1, 2, 3]),  # content parts that are not objects: it read as empty text
+            {"messages": turns},  # each answer's prefixes rendered: quadratic in turns
+        ],
+    )
+    _, examples = open_dataset(str(path)).examples()
+    got = [getattr(ex, "why", None) for _, ex in examples]
+    assert got == [
+        None,
+        "messages turn 1 content is not valid Unicode (a lone surrogate)",
+        "messages turn 1 content is a list, not text",
+        "messages has 1,200 turns; at most 1,000 are measured",
+    ]
+
+
+def test_a_byte_order_mark_is_no_part_of_any_json_dataset(tmp_path: Path):
+    lines = tmp_path / "bom.jsonl"
+    lines.write_bytes(b'\xef\xbb\xbf{"text": "hello"}\n{"text": "world"}\n')
+    obj = tmp_path / "bom.json"
+    obj.write_bytes(b'\xef\xbb\xbf{"data": [{"text": "hello"}, {"text": "world"}]}')
+    for path in (lines, obj):
+        _, examples = open_dataset(str(path)).examples()
+        assert [ex.answer for _, ex in examples] == ["hello", "world"]  # type: ignore[union-attr]

@@ -71,6 +71,10 @@ def _sniff(path: Path) -> str:
     first = next(open_records(path, "jsonl"), None)
     if first is None or isinstance(first[1], Malformed):
         return "json"  # a pretty-printed object or array, or something json will name
+    record = first[1]
+    lists = [k for k, v in record.items() if isinstance(v, list)]
+    if len(lists) == 1 and shapes.detect(record.keys()) is None:  # {"data": [...]}, one line
+        return "json"
     return "jsonl"
 
 

@@ -52,11 +52,19 @@ class Message:
 class Chat:
     messages: tuple[Message, ...]
 
+    @property
+    def chars(self) -> int:
+        return sum(len(m.content) for m in self.messages)
+
 
 @dataclass(frozen=True)
 class Plain:
     prompt: str  # not trained ("" for plain text)
     answer: str  # trained
+
+    @property
+    def chars(self) -> int:
+        return len(self.prompt) + len(self.answer)
 
 
 Example = Chat | Plain
@@ -77,12 +85,26 @@ def _text(value: Any, what: str) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
-        return value
-    if isinstance(value, list):  # content parts: [{"type": "text", "text": ...}, images...]
-        parts = [p.get("text") for p in value if isinstance(p, dict)]
+        return _unicode(value, what)
+    if isinstance(value, list) and all(isinstance(p, dict) for p in value):
+        parts = [p.get("text") for p in value]  # [{"type": "text", "text": ...}, images...]
         if all(isinstance(p, str) or p is None for p in parts):
-            return "".join(p for p in parts if p)
+            return _unicode("".join(p for p in parts if p), what)
     raise _Bad(f"{what} is a {type(value).__name__}, not text")
+
+
+def _unicode(text: str, what: str) -> str:
+    """``text`` if it is valid Unicode: JSON's ``\\udc80`` escapes a lone surrogate, which no
+    tokenizer takes and UTF-8 cannot hold (it stopped the whole scan)."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _Bad(f"{what} is not valid Unicode (a lone surrogate)") from None
+    return text
+
+
+MAX_TURNS = 1000  # turns of one conversation: each answer's prefixes are rendered and counted
 
 
 def _turns(value: Any, what: str) -> tuple[Message, ...]:
@@ -93,6 +115,8 @@ def _turns(value: Any, what: str) -> tuple[Message, ...]:
             raise _Bad(f"{what} is text that is not a JSON list") from None
     if not isinstance(value, list) or not value:
         raise _Bad(f"{what} is not a list of turns")
+    if len(value) > MAX_TURNS:  # rendering its prefixes grows with the square of its turns
+        raise _Bad(f"{what} has {len(value):,} turns; at most {MAX_TURNS:,} are measured")
     out = []
     for i, turn in enumerate(value, 1):
         if not isinstance(turn, dict):
