@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from accuracy import published
@@ -287,3 +289,32 @@ def test_the_published_versions_cost_per_token_is_within_10_percent(model):
     assert abs(per_token / published_token - 1) <= 0.10
     assert abs(today / published_token - 1) > abs(per_token / published_token - 1)
     assert 0 < published_fixed - fixed < 1.0
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            ["model", "layers", "3", "13", "mlp", "self_attn", "q_proj", "down_proj", "lm_head"]
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.lists(st.text(alphabet="model.ayers13_fqpjdowntihk", max_size=24), max_size=8),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_skip_list_matches_as_transformers_should_convert_module_does(parts, patterns) -> None:
+    """skipped_by looks names up by their suffixes and prefixes; the rule it must give is
+    should_convert_module's (transformers 5.24 quantizers_utils.py), patterns literal: a
+    suffix of the name, or its start up to a module boundary."""
+    from trainmem.core.architecture import skipped_by
+
+    name = ".".join(parts)
+
+    def rule(p: str) -> bool:
+        if name.endswith(p):
+            return True
+        return name.startswith(p) and (
+            len(name) == len(p) or p.endswith(".") or name[len(p)] == "."
+        )
+
+    assert skipped_by(name, frozenset(patterns)) == any(rule(p) for p in patterns)
