@@ -292,3 +292,23 @@ def test_a_columnar_file_without_its_header_is_named_as_such(tmp_path: Path, nam
     (tmp_path / name).write_bytes(b"not columnar at all")
     with pytest.raises(DatasetError, match=f"is not {kind} file"):
         examples(tmp_path / name)
+
+
+def test_parquet_rows_are_capped_and_big_batches_decoded_a_row_at_a_time(
+    tmp_path: Path, monkeypatch
+):
+    """A Parquet file's rows had no size cap (a 2.4 KB file of dictionary-encoded 20 MiB
+    rows: 400 decoded at once were a MemoryError)."""
+    import trainmem.sources.datasets.records as records
+
+    monkeypatch.setattr(records, "MAX_RECORD", 1000)
+    monkeypatch.setattr(records, "BATCH_BYTES", 100)
+    texts = ["short"] * 5 + ["word " * 400] + ["also short"]
+    pq.write_table(pa.table({"text": pa.array(texts).dictionary_encode()}), tmp_path / "d.parquet")
+    _, examples = open_dataset(str(tmp_path / "d.parquet")).examples()
+    got = [(where, getattr(ex, "why", None) or ex.answer) for where, ex in examples]
+    assert got == [
+        *[(i, "short") for i in range(1, 6)],
+        (6, "longer than 1,000 bytes of text"),
+        (7, "also short"),
+    ]

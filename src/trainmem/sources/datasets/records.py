@@ -28,7 +28,8 @@ from trainmem.sources import files
 
 MAX_RECORD = 64 * 2**20  # one example of 64 MiB is no training example
 CHUNK = 1 << 20
-BATCH_ROWS = 1024  # rows per Arrow record batch read from Parquet
+BATCH_ROWS = 64  # rows per Arrow record batch read from Parquet: each row may be 64 MiB
+BATCH_BYTES = 64 * 2**20  # a batch's Arrow buffers past this are decoded a row at a time
 _GZIP = b"\x1f\x8b"
 
 
@@ -239,12 +240,34 @@ def _pyarrow(what: str) -> Any:
     return pyarrow
 
 
+def _text_size(value: Any) -> int:
+    """Characters and bytes of the text a decoded row holds (its numbers count nothing)."""
+    if isinstance(value, (str, bytes)):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_text_size(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_text_size(v) for v in value)
+    return 0
+
+
 def _rows(batches: Iterable[Any]) -> Iterator[Item]:
+    """Each row as a dict; a row over MAX_RECORD of text is malformed. A batch whose Arrow
+    buffers pass BATCH_BYTES is decoded a row at a time (a 2.4 KB Parquet file of
+    dictionary-encoded 20 MiB rows: 400 of them decoded at once were a MemoryError)."""
     row = 0
     for batch in batches:
-        for record in batch.to_pylist():
+        if batch.nbytes <= BATCH_BYTES:
+            records: Iterable[Any] = batch.to_pylist()
+        else:
+            records = (batch.slice(i, 1).to_pylist()[0] for i in range(batch.num_rows))
+        for record in records:
             row += 1
-            yield row, record
+            size = _text_size(record)
+            if size > MAX_RECORD:
+                yield row, Malformed(f"longer than {MAX_RECORD:,} bytes of text")
+            else:
+                yield row, record
 
 
 def parquet_rows(f: IO[bytes], columns: list[str] | None = None) -> Iterator[Item]:
