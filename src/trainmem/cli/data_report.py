@@ -60,7 +60,7 @@ def data_report(ns: argparse.Namespace, report: Report) -> LengthReport | None:
     ``--data``); ValueError, one line, for a dataset or tokenizer that cannot be read."""
     text = getattr(ns, "data", None)
     keep, tokenizer = getattr(ns, "keep_share", None), getattr(ns, "tokenizer", None)
-    if not text:
+    if text is None:
         given = [f for f, v in (("--keep-share", keep), ("--tokenizer", tokenizer)) if v]
         if given:  # a flag that would change nothing is a mistake to say, not to ignore
             verb = "need" if len(given) > 1 else "needs"

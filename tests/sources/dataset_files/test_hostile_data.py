@@ -284,3 +284,17 @@ def test_a_byte_order_mark_is_no_part_of_any_json_dataset(tmp_path: Path):
     for path in (lines, obj):
         _, examples = open_dataset(str(path)).examples()
         assert [ex.answer for _, ex in examples] == ["hello", "world"]  # type: ignore[union-attr]
+
+
+def test_a_zip_is_named_and_an_empty_data_flag_refused(tmp_path: Path, capsys):
+    import zipfile
+
+    from trainmem.cli.main import main
+
+    path = tmp_path / "d.jsonl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("d.jsonl", '{"text": "a"}\n')
+    with pytest.raises(DatasetError, match="is a zip archive: unzip it"):
+        open_dataset(str(path))
+    assert main(["plan", "--model", "1B", "--data", ""]) == 2  # it was ignored, exit 0
+    assert "--data is empty" in capsys.readouterr().err

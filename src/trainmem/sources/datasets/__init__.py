@@ -81,6 +81,9 @@ def _sniff(path: Path) -> str:
 def file_kind(path: Path) -> str:
     """The file's format: JSON Lines, CSV and TSV by extension (``.gz`` too), the others by
     content."""
+    with files.open_file(path, what="dataset") as (f, _):
+        if f.read(4) == b"PK\x03\x04":  # read as text it was "not UTF-8 (byte 12)"
+            raise DatasetError(f"{files.show(path)} is a zip archive: unzip it and give a file")
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] == ".gz":
         suffixes.pop()
