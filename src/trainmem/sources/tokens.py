@@ -18,8 +18,11 @@ end, as SFT trainers append one.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+import os
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -84,6 +87,33 @@ def _failure(exc: BaseException) -> str:
     return f"the tokenizer failed on it: {text[:100]}"
 
 
+FAILED_TO_STOP = 50  # texts a tokenizer may fail on, counting none, before the scan stops
+_STDERR = threading.Lock()
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 pointed at /dev/null: a Rust panic in tokenizers prints its message
+    and backtrace there itself (3 to 180 lines an example), over a dashboard's screen. The
+    reason reaches the report through the exception."""
+    with _STDERR:
+        try:
+            saved = os.dup(2)
+        except OSError:  # no stderr at all: nothing to keep clean
+            yield
+            return
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, 2)
+            finally:
+                os.close(null)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def _is_failure(exc: BaseException) -> bool:
     return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
 
@@ -118,6 +148,7 @@ class Tokenizer:
         self._tok.no_padding()
         # encode_batch_fast (tokenizers 0.21) skips the offsets; encode_batch before it.
         self._encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        self._counted, self._failed = False, 0
 
     def count(self, texts: Sequence[str], *, special: bool) -> list[Count]:
         """Each text's tokens, encoded BATCH_CHARS at a time; a text over MAX_TOKENIZED
@@ -142,23 +173,35 @@ class Tokenizer:
 
     def _batch(self, texts: Sequence[str], special: bool) -> list[Count]:
         """Each text's tokens; when the batch fails, each text again on its own, so one bad
-        example costs only itself."""
+        example costs only itself. A tokenizer that has failed on the first FAILED_TO_STOP
+        texts it was given and counted none is broken for this data: TokensError."""
         if not texts:
             return []
         try:
-            return [len(e.ids) for e in self._encode(list(texts), add_special_tokens=special)]
+            with _quiet_stderr():
+                counts = self._encode(list(texts), add_special_tokens=special)
+            self._counted = self._counted or any(texts)  # an empty text proves nothing
+            return [len(e.ids) for e in counts]
         except BaseException as exc:
             if not _is_failure(exc):
                 raise
         out: list[Count] = []
         for text in texts:
             try:
-                (one,) = self._encode([text], add_special_tokens=special)  # no offsets: 4x faster
+                with _quiet_stderr():  # no offsets: 4x faster
+                    (one,) = self._encode([text], add_special_tokens=special)
                 out.append(len(one.ids))
+                self._counted = self._counted or bool(text)
             except BaseException as exc:
                 if not _is_failure(exc):
                     raise
                 out.append(_failure(exc))
+                self._failed += 1
+                if not self._counted and self._failed >= FAILED_TO_STOP:
+                    raise TokensError(
+                        f"the tokenizer failed on each of the first {self._failed} texts and "
+                        f"counted none; {out[-1]}"
+                    ) from None
         return out
 
 

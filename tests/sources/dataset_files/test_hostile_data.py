@@ -298,3 +298,23 @@ def test_a_zip_is_named_and_an_empty_data_flag_refused(tmp_path: Path, capsys):
         open_dataset(str(path))
     assert main(["plan", "--model", "1B", "--data", ""]) == 2  # it was ignored, exit 0
     assert "--data is empty" in capsys.readouterr().err
+
+
+def test_a_tokenizer_that_panics_on_everything_stops_the_scan_quietly(
+    tmp_path: Path, capfd, monkeypatch
+):
+    """A Split pre-tokenizer whose regex backtracks past oniguruma's retry limit panics on
+    each text: 1,000 examples took 127 s, each retried alone, and the panics' messages went
+    to the terminal (fd 2) over the dashboard."""
+    from tokenizers import Regex, pre_tokenizers
+
+    import trainmem.sources.tokens as tokens_mod
+
+    monkeypatch.setattr(tokens_mod, "FAILED_TO_STOP", 3)
+    folder = tokenizer_folder(tmp_path / "m")
+    tok = Tokenizer(folder / "tokenizer.json")
+    tok._tok.pre_tokenizer = pre_tokenizers.Split(Regex("(a|a)+$"), behavior="isolated")
+    texts = ["a" * (30 + i) + "b" for i in range(10)]
+    with pytest.raises(TokensError, match="failed on each of the first 3 texts and counted none"):
+        tok.count(texts, special=False)
+    assert "panicked" not in capfd.readouterr().err
