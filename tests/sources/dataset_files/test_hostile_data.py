@@ -318,3 +318,16 @@ def test_a_tokenizer_that_panics_on_everything_stops_the_scan_quietly(
     with pytest.raises(TokensError, match="failed on each of the first 3 texts and counted none"):
         tok.count(texts, special=False)
     assert "panicked" not in capfd.readouterr().err
+
+
+def test_a_bad_byte_in_a_csv_row_costs_that_row(tmp_path: Path):
+    # strict decoding read 8 KB with the header and blamed the header: no row was read
+    path = tmp_path / "d.csv"
+    path.write_bytes(b"text\nhello\n\xff bad\nworld\n")
+    _, examples = open_dataset(str(path)).examples()
+    got = [(where, getattr(ex, "why", None) or ex.answer) for where, ex in examples]
+    assert got == [(2, "hello"), (3, "not UTF-8"), (4, "world")]
+    header = tmp_path / "h.csv"
+    header.write_bytes(b"te\xffxt\nhello\n")
+    with pytest.raises(DatasetError, match="the CSV header is not UTF-8"):
+        read_all(header)

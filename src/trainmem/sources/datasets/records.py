@@ -200,12 +200,16 @@ def json_document(f: io.BufferedReader, name: str) -> Iterator[Item]:
 def csv_rows(f: IO[bytes], delimiter: str = ",") -> Iterator[Item]:
     """Rows of a CSV (or TSV) file with a header line, as dicts keyed by the header."""
     csv.field_size_limit(MAX_RECORD)
-    stream = io.TextIOWrapper(f, encoding="utf-8-sig", errors="strict", newline="")
+    # A bad byte decodes to a lone surrogate, found row by row: strict decoding failed on the
+    # 8 KB the header came in, blaming the header for row 2's byte and reading no row.
+    stream = io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape", newline="")
     reader = csv.reader(stream, delimiter=delimiter)
     try:
         header = next(reader, None)
-    except (csv.Error, UnicodeDecodeError) as exc:
+    except csv.Error as exc:
         raise DatasetError(f"the CSV header cannot be read ({_short(exc)})") from None
+    if header and not _utf8(header):
+        raise DatasetError("the CSV header is not UTF-8")
     if not header:
         return
     while True:
@@ -217,15 +221,26 @@ def csv_rows(f: IO[bytes], delimiter: str = ",") -> Iterator[Item]:
         except csv.Error as exc:
             yield start, Malformed(f"not valid CSV ({_short(exc)})")
             continue
-        except UnicodeDecodeError as exc:
-            yield start, Malformed(f"not UTF-8 (byte {exc.start}); the rest is not read")
-            return
+        if not _utf8(row):
+            yield start, Malformed("not UTF-8")
+            continue
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != len(header):
             yield start, Malformed(f"{len(row)} fields where the header has {len(header)}")
             continue
         yield start, dict(zip(header, row, strict=True))
+
+
+def _utf8(cells: list[str]) -> bool:
+    """No cell holds a byte that was not UTF-8 (decoded as a lone surrogate)."""
+    try:
+        for cell in cells:
+            if not cell.isascii():
+                cell.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _pyarrow(what: str) -> Any:
