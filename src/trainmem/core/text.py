@@ -38,3 +38,15 @@ def visible(text: str) -> str:
 def has_controls(text: str) -> bool:
     """Whether ``visible`` would change ``text`` (a name holding one is refused as a key)."""
     return visible(text) != text
+
+
+def lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate: JSON's ``"\\udc80"``, or a byte that was not
+    UTF-8 read with ``surrogateescape``; no UTF-8 (and no tokenizer) can take it."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False

@@ -226,8 +226,11 @@ class _Node:
             g for g in self.gpus if not g.unavailable and g.total_bytes and g.used_bytes is not None
         ]
 
+    def devices(self) -> list[DeviceReading]:
+        return [*self.gpus, *([self.ram] if self.ram else [])]
+
     def any_unavailable(self) -> bool:
-        return any(d.unavailable for d in [*self.gpus, *([self.ram] if self.ram else [])])
+        return any(d.unavailable for d in self.devices())
 
     def tightest(self) -> tuple[float, DeviceReading] | None:
         """(free fraction, device) of the GPU with least free memory (RAM on a CPU node)."""
@@ -263,10 +266,10 @@ class _Node:
                 "fits" if fits == len(marks) else "too big" if not fits else "tight"
             ]
             line.append(f"  plan fits {fits}/{len(self.gpus)}", style=style)
-        stale = max((d.stale_s or 0 for d in [*self.gpus, *([ram] if ram else [])]), default=0)
+        everything = self.devices()
+        stale = max((d.stale_s or 0 for d in everything), default=0)
         if stale:
             line.append(f"  stale {stale:.0f}s", style="dim")
-        everything = [*self.gpus, *([ram] if ram else [])]
         if everything and all(d.unavailable for d in everything):
             line.append(f"  unavailable: {visible(everything[0].unavailable or '')}")
         return line

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
+from trainmem.core.text import lone_surrogate
 from trainmem.sources import files
 
 MAX_RECORD = 64 * 2**20  # one example of 64 MiB is no training example
@@ -208,7 +209,7 @@ def csv_rows(f: IO[bytes], delimiter: str = ",") -> Iterator[Item]:
         header = next(reader, None)
     except csv.Error as exc:
         raise DatasetError(f"the CSV header cannot be read ({_short(exc)})") from None
-    if header and not _utf8(header):
+    if any(lone_surrogate(cell) for cell in header or ()):
         raise DatasetError("the CSV header is not UTF-8")
     if not header:
         return
@@ -221,7 +222,7 @@ def csv_rows(f: IO[bytes], delimiter: str = ",") -> Iterator[Item]:
         except csv.Error as exc:
             yield start, Malformed(f"not valid CSV ({_short(exc)})")
             continue
-        if not _utf8(row):
+        if any(lone_surrogate(cell) for cell in row):
             yield start, Malformed("not UTF-8")
             continue
         if not any(cell.strip() for cell in row):
@@ -230,17 +231,6 @@ def csv_rows(f: IO[bytes], delimiter: str = ",") -> Iterator[Item]:
             yield start, Malformed(f"{len(row)} fields where the header has {len(header)}")
             continue
         yield start, dict(zip(header, row, strict=True))
-
-
-def _utf8(cells: list[str]) -> bool:
-    """No cell holds a byte that was not UTF-8 (decoded as a lone surrogate)."""
-    try:
-        for cell in cells:
-            if not cell.isascii():
-                cell.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _pyarrow(what: str) -> Any:

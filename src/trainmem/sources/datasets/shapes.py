@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+from trainmem.core.text import lone_surrogate
 from trainmem.sources.datasets.records import Malformed, Record
 
 ROLES = {
@@ -96,11 +97,8 @@ def _text(value: Any, what: str) -> str:
 def _unicode(text: str, what: str) -> str:
     """``text`` if it is valid Unicode: JSON's ``\\udc80`` escapes a lone surrogate, which no
     tokenizer takes and UTF-8 cannot hold (it stopped the whole scan)."""
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise _Bad(f"{what} is not valid Unicode (a lone surrogate)") from None
+    if lone_surrogate(text):
+        raise _Bad(f"{what} is not valid Unicode (a lone surrogate)")
     return text
 
 
