@@ -60,6 +60,8 @@ def test_calibration_round_trip(
     assert main(["calibrate", log]) == 0
     out = capsys.readouterr().out
     assert out.startswith("NVIDIA H100 80GB HBM3: CUDA context 450.0 MiB (from nvml)")
+    # a 2-GPU run: the 582 MiB NCCL's buffers are modelled at would leave no context at all
+    assert "the context includes NCCL's buffers: the 582 MiB of NCCL buffers" in out
     assert calibration_path().parent == isolated_state
     (cal,) = load_calibrations().values()
     assert (cal.context_bytes, cal.run, cal.steps) == (450 * MiB, "run.rank0.jsonl", 2)

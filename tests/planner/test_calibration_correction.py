@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def _run(tmp_path: Path, allocated: int, reserved: int):
 def test_calibrate_measures_the_run_against_the_simulation_of_its_own_plan(tmp_path: Path):
     _, est = _simulated(tmp_path)
     reserved = round(1.2 * est.device_peak.reserved)  # type: ignore[union-attr]
-    cal, _ = measure(_run(tmp_path, est.allocated_bytes, reserved))
+    cal = measure(_run(tmp_path, est.allocated_bytes, reserved)).calibration
     assert cal.reserve_correction == pytest.approx(1.2, abs=1e-5)
 
 
@@ -48,7 +49,7 @@ def test_a_run_unlike_its_plan_stores_no_correction(tmp_path: Path):
     _, est = _simulated(tmp_path)
     peak = est.device_peak
     assert peak is not None
-    cal, _ = measure(_run(tmp_path, 2 * peak.reserved, 3 * peak.reserved))
+    cal = measure(_run(tmp_path, 2 * peak.reserved, 3 * peak.reserved)).calibration
     assert cal.reserve_correction is None  # 3x: the rebuilt plan is not what ran
 
 
@@ -106,3 +107,40 @@ def test_a_log_not_from_cuda_says_what_it_is_from(tmp_path: Path, kind, said):
     log = read_run_log(write_log(tmp_path / "r.jsonl", record, [step_record(1)]))
     with pytest.raises(CalibrationError, match=said):
         measure(log)
+
+
+# -- NCCL's buffers in a multi-GPU run's context --------------------------------------------
+def _world_log(tmp_path: Path, world: int, context: int, **plan):
+    steps = [step_record(n, context=context) for n in (1, 2)]
+    record = run_record(world=world, **PLAN, **plan)
+    return read_run_log(write_log(tmp_path / "w.jsonl", record, steps))
+
+
+def test_a_multi_gpu_runs_context_is_stored_without_nccls_buffers(tmp_path: Path):
+    """The driver's figure holds NCCL's buffers, which a multi-GPU estimate adds again: the
+    calibration keeps the context alone, so the run's own plan gets back what it measured."""
+    log = _world_log(tmp_path, 8, 1500 * MiB, strategy="fsdp")
+    rebuilt = rebuild_plan(log)
+    run = estimate(rebuilt.plan, rebuilt.spec, figures=built_in_figures(H100, "12.8"))
+    nccl = run.component("NCCL buffers")
+    assert nccl > 100 * MiB  # 8 NVSwitch GPUs: hundreds of MiB
+    m = measure(log)
+    assert m.nccl_bytes == nccl
+    assert m.calibration.context_bytes == 1500 * MiB - nccl
+    again = estimate(rebuilt.plan, rebuilt.spec, figures=m.calibration.figures)
+    assert again.component("CUDA context") + again.component("NCCL buffers") == 1500 * MiB
+    one_gpu = estimate(replace(rebuilt.plan, gpus=1), rebuilt.spec, figures=m.calibration.figures)
+    assert one_gpu.component("CUDA context") == 1500 * MiB - nccl
+
+
+def test_a_one_gpu_runs_context_is_kept_whole(tmp_path: Path):
+    m = measure(_world_log(tmp_path, 1, 700 * MiB))
+    assert (m.nccl_bytes, m.calibration.context_bytes) == (0, 700 * MiB)
+
+
+def test_nccl_stays_in_a_context_it_would_leave_too_small(tmp_path: Path):
+    """A model of NCCL larger than what the run showed beside its reserve does not fit the
+    run: the whole figure is kept (counted twice for multi-GPU plans, on the safe side)."""
+    m = measure(_world_log(tmp_path, 8, 200 * MiB, strategy="fsdp"))
+    assert m.nccl_bytes is None and "less than any CUDA context" in m.nccl_kept
+    assert m.calibration.context_bytes == 200 * MiB

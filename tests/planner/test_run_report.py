@@ -110,7 +110,8 @@ def test_calibration_is_measured_from_the_steps_after_the_first(tmp_path: Path):
         step_record(2, allocated=100 * MiB, reserved=125 * MiB, context=520 * MiB),
         step_record(3, allocated=80 * MiB, reserved=120 * MiB, context=510 * MiB),
     ]
-    cal, via = measure(_log(tmp_path, steps))
+    m = measure(_log(tmp_path, steps))
+    cal, via = m.calibration, m.via
     assert via == "nvml" and cal.gpu == "NVIDIA H100 80GB HBM3"
     assert cal.context_bytes == 520 * MiB  # the largest after step 1
     assert cal.reserve_fraction == pytest.approx(125 / 100 - 1)
@@ -119,7 +120,8 @@ def test_calibration_is_measured_from_the_steps_after_the_first(tmp_path: Path):
 
 def test_without_nvml_the_devices_used_memory_stands_in(tmp_path: Path):
     steps = [step_record(1, context=None, reserved=100 * MiB, free=80 * GiB - 700 * MiB)]
-    cal, via = measure(_log(tmp_path, steps))
+    m = measure(_log(tmp_path, steps))
+    cal, via = m.calibration, m.via
     assert via == "device free memory" and cal.context_bytes == 600 * MiB
 
 

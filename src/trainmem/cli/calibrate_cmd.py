@@ -44,7 +44,8 @@ def run(ns: argparse.Namespace) -> int:
     stored: list[dict[str, Any]] = []
     try:
         measured = [measure(log) for log in read_run_logs(ns.paths)]
-        for cal, via in measured:
+        for m in measured:
+            cal = m.calibration
             path = save_calibration(cal)
             stored.append(
                 {
@@ -54,7 +55,10 @@ def run(ns: argparse.Namespace) -> int:
                     "reserve_correction": cal.reserve_correction,
                     "run": cal.run,
                     "steps": cal.steps,
-                    "context_from": via,
+                    "context_from": m.via,
+                    # NCCL's modelled buffers taken out of the context (null: kept in it)
+                    "nccl_bytes_removed": m.nccl_bytes,
+                    "nccl_kept_because": m.nccl_kept or None,
                     "file": str(path),
                 }
             )
@@ -75,6 +79,18 @@ def run(ns: argparse.Namespace) -> int:
                 f"({s['steps']} steps) -> {s['file']}"
             )
         )
+        if s["nccl_bytes_removed"]:
+            print(
+                f"  the context excludes {size(s['nccl_bytes_removed'])} of NCCL buffers "
+                "modelled for the run's plan (multi-GPU plans add their own)"
+            )
+        elif s["nccl_kept_because"]:
+            print(
+                visible(
+                    f"  the context includes NCCL's buffers: {s['nccl_kept_because']}; "
+                    "multi-GPU plans on this GPU will count them twice (on the safe side)"
+                )
+            )
     return 0
 
 

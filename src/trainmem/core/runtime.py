@@ -26,6 +26,10 @@ MiB = 2**20
 CUDA_CONTEXT_BYTES = 600 * MiB
 ALLOCATOR_RESERVE_FRACTION = 0.08  # of the allocated peak; no published ratio was found
 RUNTIME_COMPONENTS = ("CUDA context", "NCCL buffers", "allocator reserve")
+# The smallest CUDA context published: 107 MiB, a bare context on an RTX 4060 Ti outside
+# PyTorch (ggml-org/llama.cpp#23604, below). A measured context less NCCL's modelled buffers
+# under this says the model does not fit the run (trainmem.planner.calibration).
+BARE_CONTEXT_BYTES = 107 * MiB
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,12 @@ Measured from a run log (CUDA only):
   the run's own plan (rebuilt from the log, with the GPU's built-in figures): estimates on
   that GPU then scale their simulated reserve by it, so the calibration corrects the
   simulation instead of replacing it. None when the log's plan cannot be rebuilt.
+- NCCL: in a multi-GPU run the driver's figure also holds NCCL's buffers (cuMem, outside the
+  allocator), which estimates add for multi-GPU plans on their own (trainmem.core.nccl); the
+  context stored is the run's less NCCL's buffers for its rebuilt plan, so a plan of one GPU
+  gets the context alone and a plan of many does not count NCCL twice. Where the plan cannot
+  be rebuilt, or the remainder would be below any CUDA context measured (BARE_CONTEXT_BYTES),
+  the whole figure is kept (both counts then err on the high side) and ``measure`` says so.
 Applied: only the runtime part of the device peak changes: ``figures_for`` gives a target's
 figures to ``build_report`` (trainmem.planner.report), which estimates with them.
 """
@@ -21,15 +27,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainmem.core.calibration import Calibration
-from trainmem.core.runtime import RuntimeFigures, built_in_figures
+from trainmem.core.runtime import BARE_CONTEXT_BYTES, RuntimeFigures, built_in_figures
 from trainmem.core.target import DeviceTarget
 from trainmem.core.text import visible
 from trainmem.devices.presets import resolve_preset
 
 if TYPE_CHECKING:  # every report imports figures_for: the log and file readers load on use
+    from trainmem.core.estimator import Estimate
     from trainmem.sources.run_logs import RunLog
 
 
@@ -37,10 +45,22 @@ class CalibrationError(ValueError):
     """A log that cannot calibrate; ``str()`` is one line."""
 
 
-def measure(log: RunLog) -> tuple[Calibration, str]:
-    """This log's calibration and how its context was read ("nvml" or "device free memory");
-    CalibrationError when it cannot be right (trainmem.sources.calibration.implausible: the
-    physical bounds, checked against this run's device size)."""
+@dataclass(frozen=True)
+class Measured:
+    """A log's calibration, how its context was read ("nvml" or "device free memory") and
+    the NCCL buffers taken out of it: ``nccl_bytes`` for a multi-GPU run (0 on one GPU),
+    None where they could not be (``nccl_kept`` says why; the context then holds them)."""
+
+    calibration: Calibration
+    via: str
+    nccl_bytes: int | None = 0
+    nccl_kept: str = ""
+
+
+def measure(log: RunLog) -> Measured:
+    """This log's calibration; CalibrationError when it cannot be right
+    (trainmem.sources.calibration.implausible: the physical bounds, checked against this
+    run's device size)."""
     from trainmem.sources.calibration import implausible
     from trainmem.sources.files import show
 
@@ -93,7 +113,10 @@ def measure(log: RunLog) -> tuple[Calibration, str]:
     why = implausible(log.gpu_name, context, fraction, log.total_bytes, reserved)
     if why is not None:
         raise CalibrationError(f"{where}: {why}; nothing stored")
-    correction = _reserve_correction(log, reserved)
+    run = _run_estimate(log)
+    correction = _reserve_correction(run, reserved)
+    nccl, kept = _nccl_in_context(log, run, context)
+    context -= nccl or 0
     versions = log.run.get("versions")
     torch = versions.get("torch") if isinstance(versions, dict) else None
     cal = Calibration(
@@ -106,7 +129,7 @@ def measure(log: RunLog) -> tuple[Calibration, str]:
         torch=visible(torch[:40]) if isinstance(torch, str) and torch else None,
         reserve_correction=correction,
     )
-    return cal, via
+    return Measured(cal, via, nccl, kept)
 
 
 # A correction outside this range says the rebuilt plan is not the run (another model, an
@@ -114,8 +137,9 @@ def measure(log: RunLog) -> tuple[Calibration, str]:
 CORRECTION_RANGE = (0.5, 2.0)
 
 
-def _reserve_correction(log: RunLog, reserved: int) -> float | None:
-    """The run's peak reserved over the simulated one for its own plan (see the module)."""
+def _run_estimate(log: RunLog) -> Estimate | None:
+    """The estimate of the run's own plan, rebuilt from its log, with the GPU's built-in
+    figures; None when the log does not say enough to rebuild it."""
     from trainmem.core.errors import PlanError
     from trainmem.core.estimator import estimate
     from trainmem.sources.run_logs import RunLogError, rebuild_plan
@@ -123,9 +147,32 @@ def _reserve_correction(log: RunLog, reserved: int) -> float | None:
     try:
         rebuilt = rebuild_plan(log)
         figures = built_in_figures(log.gpu_name, log.cuda)
-        peak = estimate(rebuilt.plan, rebuilt.spec, runtime="gpu", figures=figures).device_peak
+        return estimate(rebuilt.plan, rebuilt.spec, runtime="gpu", figures=figures)
     except (PlanError, RunLogError, ValueError):
         return None
+
+
+def _nccl_in_context(log: RunLog, run: Estimate | None, context: int) -> tuple[int | None, str]:
+    """NCCL's buffers to take out of a measured ``context`` (see the module), or None and
+    why they stay in it."""
+    from trainmem.core.estimator import nccl_bytes
+
+    if log.world_size <= 1:
+        return 0, ""
+    if run is None:
+        return None, f"its plan ({log.world_size} processes) could not be rebuilt"
+    nccl = nccl_bytes(run)
+    if context - nccl < BARE_CONTEXT_BYTES:
+        return None, (
+            f"the {nccl / 2**20:,.0f} MiB of NCCL buffers modelled for its plan would leave "
+            f"{max(0, context - nccl) / 2**20:,.0f} MiB, less than any CUDA context measured"
+        )
+    return nccl, ""
+
+
+def _reserve_correction(run: Estimate | None, reserved: int) -> float | None:
+    """The run's peak reserved over the simulated one for its own plan (see the module)."""
+    peak = run.device_peak if run is not None else None
     if peak is None or peak.reserved <= 0:
         return None
     ratio = reserved / peak.reserved
