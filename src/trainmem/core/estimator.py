@@ -243,9 +243,10 @@ def step_sizes(
         # ZeRO 2-3 sum the tied weight's two whole gradients (autograd, before DeepSpeed's
         # hooks), none of them in the gradient partition buffers: old, new and sum (measured)
         tied_sum = 3 * head_full
-    root_reduce = 0
+    root_reduce = backward_buckets = 0
     if lay.strategy == "zero":  # DeepSpeed's 16-bit gradients under its bf16 / fp16
-        buckets += zero_buckets(plan, spec, precision.reduce)
+        kept_buckets, backward_buckets = zero_buckets(plan, spec, precision.reduce)
+        buckets += kept_buckets
         if plan.offload == "optimizer":  # at the last (largest) gradient: its clone, fp64 norm
             root_reduce = zero_offload_clone(plan, spec, precision.reduce)
             root_reduce += zero_grad_norm(plan, spec, states.trainable_params)
@@ -298,6 +299,7 @@ def step_sizes(
         early_head_grad=early_grads,
         gathered=gather,
         buckets=buckets,
+        backward_buckets=backward_buckets,
         grad_inflight=gather.layer_grad_inflight if lay.weights else -1,
         embedding_grads=(
             layers * grad_layer + head_full + embed_full if lay.strategy == "fsdp" else -1
@@ -358,7 +360,7 @@ def backward_last_layer(s: Step) -> dict[str, int]:
     of every layer below are alive; the head's gradient exists."""
     activations = s.layers * s.kept_per_layer + s.recompute + s.ckpt_last + _cache_held(s, 0)
     activations += s.ckpt_first
-    grads = s.grad_head + _inflight(s) + s.buckets
+    grads = s.grad_head + _inflight(s) + s.buckets + s.backward_buckets
     temps = s.layer_transient + s.dequant
     return s.alive(activations, s.kept_output, grads, temps, s.gathered.backward_last)
 
@@ -367,6 +369,7 @@ def backward_first_layer(s: Step) -> dict[str, int]:
     """Backward through the first layer: every layer's gradient, one layer's activations."""
     activations = s.kept_per_layer + s.recompute + _cache_held(s, s.layers - 1) + s.ckpt_first
     grads = s.grad_head + (s.layers - 1) * s.grad_layer + _inflight(s) + s.buckets
+    grads += s.backward_buckets
     temps = s.layer_transient + s.dequant + s.gathered.reduce_buffer
     return s.alive(activations, s.kept_output, grads, temps, s.gathered.backward_first)
 
@@ -383,6 +386,7 @@ def backward_embedding(s: Step) -> dict[str, int]:
     An offloaded embedding output kept as a leaf (trainmem.core.offload) has its gradient."""
     held = _cache_held(s, s.layers) + 2 * s.ckpt_first
     grads = (s.states.gradients if s.embedding_grads < 0 else s.embedding_grads) + s.buckets
+    grads += s.backward_buckets
     # FSDP then copies the root's gradients into its reduce-scatter input (foreach_reduce)
     temps = max(s.tied_sum, s.root_reduce) + s.gathered.reduce_buffer
     return s.alive(held, s.kept_output, grads, temps, s.gathered.embedding)
@@ -504,7 +508,8 @@ def estimate(
         host_offloaded_bytes=host.offloaded,
         host_loading_bytes=host.loading,
         gathered_bytes=gathered_now,
-        bucket_bytes=step.buckets,
+        bucket_bytes=step.buckets
+        + (step.backward_buckets if peak_phase.startswith("backward") else 0),
         layout=lay,
     )
 

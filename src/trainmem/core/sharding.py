@@ -124,22 +124,29 @@ def zero3_persistence(plan: Plan, spec: ModelSpec) -> int:
     return 10 * spec.hidden if plan.persistence_threshold == AUTO else plan.persistence_threshold
 
 
-def zero_buckets(plan: Plan, spec: ModelSpec, grad_bytes: int) -> int:
-    """The gradient buffers ZeRO keeps on each GPU through backward and after it.
-    Stages 1-2 with contiguous_gradients (default True, config.py:102): one
-    reduce_bucket_size buffer in the 16-bit dtype, a second with overlap_comm
-    (stage_1_and_2.py:2502-2514). Stage 3: one flat bucket (stage3.py:733); overlap_comm
-    only changes streams there. Stage 0 reduces without buckets."""
-    if plan.offload == "params" or plan.zero == 0:
-        return 0 if plan.zero == 0 else zero_reduce_bucket(plan, spec) * grad_bytes
-    count = 1 if plan.zero == 3 or not plan.overlap_comm else 2
+def zero_buckets(plan: Plan, spec: ModelSpec, grad_bytes: int) -> tuple[int, int]:
+    """ZeRO's gradient buffers on each GPU: (kept for the whole run, alive in backward only).
+    Stage 3: one flat bucket made at init (stage3.py:733); overlap_comm only changes streams
+    there. Stages 1-2 with contiguous_gradients (default True, config.py:102): one
+    reduce_bucket_size buffer in the 16-bit dtype, a second with overlap_comm, made by the
+    first gradient's hook (DeepSpeed 0.19.8 stage_1_and_2.py:2287 process_gradients ->
+    setup_buckets :3256-3280) and dropped when backward ends (engine.py:3086
+    allreduce_gradients -> independent_gradient_partition_epilogue :1061
+    _release_ipg_buffers :924-931): none at forward, the loss or the optimizer step.
+    Stage 0 reduces without buckets."""
+    bucket = zero_reduce_bucket(plan, spec) * grad_bytes
+    if plan.zero == 0:
+        return 0, 0
+    if plan.zero == 3:
+        return bucket, 0
+    count = 1 if not plan.overlap_comm else 2
     staging = 0
-    if plan.offload == "optimizer" and plan.zero in (1, 2):
+    if plan.offload == "optimizer":
         # DeepSpeed 0.19.8 stage_1_and_2.py:659-661: under cpu_offload a persistent
         # temp_grad_buffer_for_gpu_offload of the largest parameter's numel in the 16-bit
         # dtype stays on the GPU (measured: bench/results/measure-cpu-deepspeed.json)
         staging = units(spec, plan).largest_module * grad_bytes
-    return count * zero_reduce_bucket(plan, spec) * grad_bytes + staging
+    return staging, count * bucket
 
 
 def zero_grad_norm(plan: Plan, spec: ModelSpec, trainable: int) -> int:

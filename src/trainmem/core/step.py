@@ -36,7 +36,9 @@ class Step:
     early_head_grad: int = 0  # a fused loss's lm_head gradient, held from forward on
     # Sharded runs (trainmem.core.sharding); all 0 on one GPU:
     gathered: Gathered = NO_GATHER  # weights all-gathered beyond the shard, per moment
-    buckets: int = 0  # ZeRO / DDP gradient buckets, alive from the first backward on
+    buckets: int = 0  # ZeRO-3 / DDP gradient buckets, alive from the first backward on
+    # ZeRO 1-2's reduce buckets: made by the first gradient's hook, dropped as backward ends
+    backward_buckets: int = 0
     grad_inflight: int = -1  # one layer's unsharded gradient in backward (-1: grad_layer)
     embedding_grads: int = -1  # gradients alive at the embedding's backward (-1: all)
     # at the embedding's backward: FSDP's root reduce-scatter input (in the reduce dtype);

@@ -8,8 +8,8 @@ estimator's figures (tests/core/test_step_events.py checks it), in the order a H
 step runs them:
 
 - loading: the weights (embedding, each layer's linears in forward order, lm_head), then the
-  fp32 master copy and PEFT's adapters, then DDP / ZeRO gradient buckets, which live for the
-  whole run;
+  fp32 master copy and PEFT's adapters, then DDP / ZeRO-3 gradient buckets, which live for the
+  whole run (ZeRO 1-2's come with the head's gradient and go when backward ends);
 - forward, layer by layer: each layer's saved tensors (under checkpointing its input, and the
   layer's intermediates built and freed, as a no-grad forward does); a quantized linear's
   dequantized weight, made and freed per op (bitsandbytes dequantize_4bit);
@@ -226,6 +226,7 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
         b.frees("loss grad", 3)
         b.free("early head grad")  # a fused loss's head gradient: now the head's own
         b.alloc("grad head", s.grad_head)
+        b.alloc("backward buckets", s.backward_buckets)  # the first gradient's hook makes them
         b.free("logits grad")
         b.free("head saved")
         # backward through the layers, last to first
@@ -262,6 +263,7 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
         b.alloc("grad embed", s.grad_embed)
         held = sum(size for key, size in b.live.items() if _is_grad(key))
         target = (s.states.gradients if s.embedding_grads < 0 else s.embedding_grads) + s.buckets
+        target += s.backward_buckets
         b.alloc("grad root", target - held)  # FSDP's whole root gradients before reduce
         b.alloc("embed temp", max(s.tied_sum, s.root_reduce))
         b.alloc("first input grad", s.ckpt_first)
@@ -271,6 +273,7 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
         b.free("first input")  # the loss is freed after backward, and the graph with it
         b.free("first input grad")
         b.free("reduce buffer")
+        b.free("backward buckets")  # ZeRO's backward epilogue releases them
         # optimizer step: FSDP's root gradients reduce-scattered to their shard
         if s.embedding_grads >= 0:
             b.free("grad head")
@@ -294,7 +297,8 @@ def _is_grad(key: Hashable) -> bool:
     name = key[0] if isinstance(key, tuple) else key
     if isinstance(name, tuple):  # ((name, layer), index)
         name = name[0]
-    return name in ("grad", "grad head", "grad embed", "grad root", "early head grad", "buckets")
+    grads = ("grad", "grad head", "grad embed", "grad root", "early head grad", "buckets")
+    return name in grads or name == "backward buckets"
 
 
 def _logit_tensors(total: int, unit: int) -> list[int]:
