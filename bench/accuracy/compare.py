@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `accuracy` packa
 
 from measure.sequence import unpack
 
+from accuracy.bnb_load import bnb_load_section
 from accuracy.peers import PEERS
 from accuracy.published import unsloth_section
 from trainmem.core.allocator import simulate
@@ -766,10 +767,13 @@ def main() -> None:
     traces: list[dict[str, Any]] = []
     sweep: list[dict[str, Any]] = []  # one plan traced over batches: the monotony section's
     frameworks: list[dict[str, Any]] = []
+    loads: list[dict[str, Any]] = []  # 4-bit loads of MoE models: what stays 16-bit
     for path in args.results:
         data = json.loads(path.read_text())
         if data.get("kind") == "frameworks":  # file-to-bytes runs: a section of their own
             frameworks += data["records"]
+        if data.get("kind") == "bnb-load":
+            loads += data["records"]
         meta.append(
             {
                 "file": str(path),
@@ -785,7 +789,7 @@ def main() -> None:
         if kernels == "cuda":
             gpu = {**data["machine"], "cuda_context": data.get("cuda_context")}
         seen = set()
-        for record in data["records"] if data.get("kind") != "frameworks" else []:
+        for record in data["records"] if data.get("kind") not in ("frameworks", "bnb-load") else []:
             if (traced := compare_trace(record)) is not None:
                 (sweep if data.get("kind") == "sweep" else traces).append(traced)
                 continue
@@ -828,6 +832,7 @@ def main() -> None:
     text += "\n".join([*gpu_rows, ""])[1:] if gpu_rows else ""
     text += "\n".join([*mlx_section(mlx), ""])[1:] if mlx else ""
     text += "\n".join([*frameworks_section(frameworks), ""])[1:] if frameworks else ""
+    text += "\n".join([*bnb_load_section(loads), ""])[1:] if loads else ""
     if args.out:
         args.out.write_text(text)
     s = summarize(rows, ["ours", "rule of thumb", *PEERS])

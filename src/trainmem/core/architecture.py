@@ -237,6 +237,27 @@ class ModelSpec:
             + final_norm
         )
 
+    def quantized_linears(self) -> tuple[Linear, ...]:
+        """The decoder's linears a bitsandbytes load quantizes: its nn.Linear modules.
+        transformers 5 keeps MoE experts as fused 3-D parameters and the router as a parameter
+        of its own module (MixtralTopKRouter...), which replace_with_bnb_linear does not
+        convert (transformers 5.25 integrations/bitsandbytes.py: ``type(module) is
+        nn.Linear``): they load in the 16-bit dtype. Checked by a 4-bit load of tiny mixtral,
+        qwen2_moe, qwen3_moe and gpt_oss models (transformers 5.25, bitsandbytes 0.50.2, CPU):
+        attention and shared experts Params4bit, experts and router bf16."""
+        return tuple(lin for lin in self.linears() if _bnb_converts(lin))
+
+    @property
+    def bnb_kept_elements(self) -> int:
+        """Elements of the decoder's linear weights a bitsandbytes load keeps in 16-bit: the
+        linears it cannot convert, and those a pre-quantized checkpoint's skip list names."""
+        unconverted = sum(
+            lin.count * lin.in_features * lin.out_features
+            for lin in self.linears()
+            if not _bnb_converts(lin)
+        )
+        return self.layers * unconverted + self.unquantized_elements
+
     @property
     def layer_weight_elements(self) -> int:
         """Elements of one decoder layer's linear weights (no biases): what 4-bit quantization
@@ -478,11 +499,16 @@ def skipped_by(name: str, patterns: frozenset[str]) -> bool:
     return False
 
 
+def _bnb_converts(lin: Linear) -> bool:
+    return not lin.expert and lin.name != "router"  # see ModelSpec.quantized_linears
+
+
 def unquantized_elements(spec: ModelSpec, skipped: tuple[str, ...]) -> int:
     """Elements of the decoder's linear weights (``model.layers.N.self_attn.q_proj``...) that
-    a skip list keeps in 16-bit. MoE experts are not matched."""
+    a skip list keeps in 16-bit, of those bitsandbytes would quantize (not MoE experts or
+    routers: ModelSpec.quantized_linears)."""
     patterns = frozenset(skipped)
-    linears = [(lin, _HF_NAMES.get(lin.name)) for lin in spec.linears() if not lin.expert]
+    linears = [(lin, _HF_NAMES.get(lin.name)) for lin in spec.quantized_linears()]
     total = 0
     for layer in range(spec.layers):
         for lin, module in linears:

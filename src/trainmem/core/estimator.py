@@ -173,7 +173,7 @@ def _dequant_bytes(spec: ModelSpec, plan: Plan, precision: Dtypes) -> int:
     (MatMul8bitLt.backward: ``CB.to(ctx.dtype_A, copy=True)``)."""
     if not plan.training.quantized_base:
         return 0
-    largest = max(lin.in_features * lin.out_features for lin in spec.linears())
+    largest = max(lin.in_features * lin.out_features for lin in spec.quantized_linears())
     return (precision.resid if plan.quant == "int8" else 2) * largest
 
 
@@ -610,9 +610,11 @@ def _notes(
     if spec.final_logit_softcap and plan.attn == "sdpa":
         notes.append("Gemma 2 soft-caps attention logits, which only eager attention applies")
     if spec.is_moe and plan.training.quantized_base:
+        upcast = dtypes(plan).resid == 4  # PEFT's k-bit preparation casts them up
         notes.append(
-            "QLoRA on fused MoE experts is not measured yet: experts are assumed to be "
-            "quantized to NF4 like linear layers"
+            "bitsandbytes quantizes nn.Linear layers only: transformers 5 keeps the experts as "
+            "fused 3-D parameters, so they and the router stay unquantized"
+            + (", in fp32 after prepare_model_for_kbit_training" if upcast else ", in 16-bit")
         )
     if plan.attn in ("flash-attention-2", "flex"):
         notes.append(

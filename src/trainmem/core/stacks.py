@@ -144,7 +144,8 @@ LOOP = Stack(
 # - a model it loads itself in bf16 (fp16 without bf16 support), so no fp32 base; 4-bit as NF4
 #   with double quant (unsloth/models/llama.py FastLlamaModel.from_pretrained
 #   BitsAndBytesConfig), often from a pre-quantized or "dynamic 4-bit" checkpoint whose
-#   quantization_config keeps some linears in 16-bit (ModelSpec.unquantized_elements).
+#   quantization_config keeps some linears in 16-bit (ModelSpec.unquantized_elements, within
+#   bnb_kept_elements).
 UNSLOTH = replace(
     TRL,
     name="unsloth",

@@ -121,7 +121,7 @@ def quantized_weight_bytes(spec: ModelSpec, plan: Plan) -> int:
     size) with or without double quantization, or LLM.int8 (Int8Params._quantize in
     bitsandbytes/nn/modules.py 0.50.2: an int8 weight and an fp32 scale per output row)."""
     all_elements = spec.layers * spec.layer_weight_elements
-    quantized = all_elements - spec.unquantized_elements  # the rest: 16-bit (the caller's)
+    quantized = all_elements - spec.bnb_kept_elements  # the rest: 16-bit (the caller's)
     if plan.quant == "int8":
         per_layer = sum(
             lin.count * (lin.in_features + 4) * lin.out_features for lin in spec.linears()
@@ -201,7 +201,7 @@ def _optimizer_temp(
 def stored_weight_bytes(spec: ModelSpec, plan: Plan, dt: Dtypes) -> int:
     """The whole model's weights as loaded on one process, before any sharding."""
     if plan.training.quantized_base:
-        q_elems = spec.layers * spec.layer_weight_elements - spec.unquantized_elements
+        q_elems = spec.layers * spec.layer_weight_elements - spec.bnb_kept_elements
         other = spec.params - q_elems  # embeddings, lm_head, norms, biases, skipped linears
         return quantized_weight_bytes(spec, plan) + other * dt.resid
     return spec.params * dt.weight

@@ -129,7 +129,7 @@ class _Shapes:
 
 def _shapes(spec: ModelSpec, tokens: int) -> _Shapes:
     layer = [lin.count * lin.in_features * lin.out_features for lin in spec.linears()]
-    distinct = sorted({lin.in_features * lin.out_features for lin in spec.linears()})
+    distinct = sorted({lin.in_features * lin.out_features for lin in spec.quantized_linears()})
     wide = spec.expert_intermediate if spec.is_moe else spec.intermediate
     return _Shapes(layer, distinct, tokens * spec.hidden, tokens * wide)
 
