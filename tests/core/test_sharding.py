@@ -569,3 +569,13 @@ def test_the_fewest_gpus_of_the_plans_own_strategy_agree_with_its_verdict():
         fits = need(p, spec, budget) <= budget.usable_bytes
         answer = fewest_gpus(p, spec, budget)["zero-3"]
         assert answer is not None and (answer <= gpus) == fits, (gpus, answer, fits)
+
+
+def test_fsdp2_frees_the_last_units_reduce_scatter_input_before_the_roots():
+    """torch 2.13 _fsdp_param_group.py post_backward keeps one reduce-scatter input in flight
+    (reduce_scatter_max_input_buffers = 1): layer 0's goes before the root's is made."""
+    est = estimate(plan(method="full", strategy="fsdp", gpus=4), SPEC)
+    # the root's input: lm_head's and the embedding's gradients, in the 16-bit reduce dtype;
+    # layer 0's: its parameters (the final norm's few elements counted with the layers here)
+    root, layer0 = 2 * 2 * V * H, 2 * ((P - 2 * V * H) // LAYERS)
+    assert est.breakdown["backward (embedding)"]["temporaries"] == max(root, layer0)

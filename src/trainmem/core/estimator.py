@@ -387,8 +387,10 @@ def backward_embedding(s: Step) -> dict[str, int]:
     held = _cache_held(s, s.layers) + 2 * s.ckpt_first
     grads = (s.states.gradients if s.embedding_grads < 0 else s.embedding_grads) + s.buckets
     grads += s.backward_buckets
-    # FSDP then copies the root's gradients into its reduce-scatter input (foreach_reduce)
-    temps = max(s.tied_sum, s.root_reduce) + s.gathered.reduce_buffer
+    # FSDP then copies the root's gradients into its reduce-scatter input (foreach_reduce),
+    # once the previous unit's is freed (torch 2.13 _fsdp_param_group.py post_backward keeps
+    # reduce_scatter_max_input_buffers = 1); the embedding's backward runs beside that one
+    temps = max(s.tied_sum + s.gathered.reduce_buffer, s.root_reduce)
     return s.alive(held, s.kept_output, grads, temps, s.gathered.embedding)
 
 

@@ -265,14 +265,18 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
         target = (s.states.gradients if s.embedding_grads < 0 else s.embedding_grads) + s.buckets
         target += s.backward_buckets
         b.alloc("grad root", target - held)  # FSDP's whole root gradients before reduce
-        b.alloc("embed temp", max(s.tied_sum, s.root_reduce))
         b.alloc("first input grad", s.ckpt_first)
         b.swap("gathered", s.gathered.embedding)
-        at["backward (embedding)"] = len(b.events) - 1
+        b.alloc("embed temp", s.tied_sum)  # beside the last unit's reduce-scatter input
+        during = len(b.events) - 1
         b.free("embed temp")
+        b.free("reduce buffer")  # freed before the root's own input is made
+        b.alloc("root reduce", s.root_reduce)
+        reducing = s.root_reduce > s.tied_sum + s.gathered.reduce_buffer
+        at["backward (embedding)"] = len(b.events) - 1 if reducing else during
+        b.free("root reduce")
         b.free("first input")  # the loss is freed after backward, and the graph with it
         b.free("first input grad")
-        b.free("reduce buffer")
         b.free("backward buckets")  # ZeRO's backward epilogue releases them
         # optimizer step: FSDP's root gradients reduce-scattered to their shard
         if s.embedding_grads >= 0:
