@@ -579,3 +579,23 @@ def test_fsdp2_frees_the_last_units_reduce_scatter_input_before_the_roots():
     # layer 0's: its parameters (the final norm's few elements counted with the layers here)
     root, layer0 = 2 * 2 * V * H, 2 * ((P - 2 * V * H) // LAYERS)
     assert est.breakdown["backward (embedding)"]["temporaries"] == max(root, layer0)
+
+
+def test_fsdp2_leaves_uint8_4bit_weights_whole_where_the_stack_keeps_bnbs_default():
+    """accelerate 1.16 fsdp2_prepare_model keeps frozen Params4bit of a non-floating storage
+    (bitsandbytes' uint8, the Trainer's and TRL's) out of fully_shard: whole on every GPU and
+    never all-gathered; axolotl and LLaMA-Factory load them with a bf16 storage, which
+    shards (and gathers a layer at a time)."""
+    from trainmem.core.states import quantized_weight_bytes
+
+    four_bit = quantized_weight_bytes(SPEC, plan(method="qlora"))
+    held, gathered = {}, {}
+    for stack in ("trainer", "axolotl"):
+        p = plan(method="qlora", strategy="fsdp", gpus=4, stack=stack)
+        held[stack] = model_states(SPEC, p, dtypes(p)).weights
+        gathered[stack] = estimate(p, SPEC).breakdown["backward (first layer)"]["weights"]
+        gathered[stack] -= held[stack]
+    assert held["trainer"] - held["axolotl"] == four_bit - four_bit // 4
+    assert gathered["axolotl"] - gathered["trainer"] == four_bit // LAYERS  # one layer's
+    fsdp1 = plan(method="qlora", strategy="fsdp", gpus=4, fsdp_version=1)
+    assert model_states(SPEC, fsdp1, dtypes(fsdp1)).weights == held["axolotl"]

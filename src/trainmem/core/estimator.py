@@ -38,6 +38,7 @@ from trainmem.core.sharding import (
     gathered,
     host_memory,
     layout,
+    units,
     zero_buckets,
     zero_grad_norm,
     zero_offload_clone,
@@ -47,6 +48,7 @@ from trainmem.core.states import (
     saved_module_bytes,
     stored_weight_bytes,
     trainable_matrices,
+    unsharded_4bit_bytes,
 )
 from trainmem.core.step import Step
 from trainmem.core.target import TargetKind
@@ -235,8 +237,21 @@ def step_sizes(
         for m in (trainable_matrices(spec, plan) if lay.strategy == "fsdp" else [])
         if plan.trains_adapter and m.count % layers == 0
     )
+    # what FSDP all-gathers: not the 4-bit weights it leaves whole on every GPU
     gathered_weights = stored_weight_bytes(spec, plan, precision.computed())
-    gather = gathered(plan, spec, precision, gathered_weights, trainable_layer, adapters)
+    gathered_weights -= unsharded_4bit_bytes(spec, plan)
+    # a quantized base's root (embeddings, lm_head, final norm) is in the residual dtype, its
+    # layers mostly 4-bit: the bytes are not spread evenly over the parameters
+    root_bytes = units(spec, plan).root * precision.computed().resid
+    gather = gathered(
+        plan,
+        spec,
+        precision,
+        gathered_weights,
+        trainable_layer,
+        adapters,
+        root_bytes if method.quantized_base else None,
+    )
     buckets = ddp_buckets(plan, states.gradients)
     tied_sum = 2 * grad_head if method.trains_base and spec.tied_embeddings else 0
     if tied_sum and lay.strategy == "zero" and lay.gradients:
@@ -624,7 +639,7 @@ def _notes(
             "output, log-sum-exp); derived from source, not measured (needs a GPU)"
         )
     notes.extend(_stack_notes(spec, plan, runtime, ckpt_host))
-    notes.extend(_sharding_notes(plan, lay))
+    notes.extend(_sharding_notes(spec, plan, lay))
     notes.extend(_ignored_note(plan))
     return tuple(notes)
 
@@ -634,7 +649,7 @@ def _ignored_note(plan: Plan) -> list[str]:
     return [f"{', '.join(ignored)} do not apply to this plan and change nothing"] if ignored else []
 
 
-def _sharding_notes(plan: Plan, lay: Layout) -> list[str]:
+def _sharding_notes(spec: ModelSpec, plan: Plan, lay: Layout) -> list[str]:
     if lay.strategy == "single":
         return []
     where = f"{plan.gpus} GPU{'s' if plan.gpus > 1 else ''} x {plan.nodes} node" + (
@@ -655,6 +670,13 @@ def _sharding_notes(plan: Plan, lay: Layout) -> list[str]:
         notes.append(f"precision recipe: {found.label} ({found.source})")
     if lay.strategy == "fsdp" and plan.fsdp_version == 1:
         notes.append("FSDP1 is counted per unit like FSDP2, with flat-parameter padding")
+    whole = unsharded_4bit_bytes(spec, plan)
+    if whole:
+        notes.append(
+            f"the 4-bit weights ({fmt_bytes(whole)}) stay whole on every GPU: accelerate leaves "
+            "bitsandbytes' default uint8 storage out of FSDP2's sharding; load with "
+            "bnb_4bit_quant_storage=torch.bfloat16 to shard them (as axolotl and LLaMA-Factory do)"
+        )
     return notes
 
 

@@ -220,18 +220,23 @@ def gathered(
     weight_bytes: int,
     trainable_layer: int,
     adapter_shapes: tuple[tuple[int, int, int], ...] = (),
+    root_bytes: int | None = None,
 ) -> Gathered:
     """``weight_bytes``: the whole model's weights as gathered, unsharded (a mixed-precision
     recipe's 16-bit units: ``dt.gathered``); ``trainable_layer``: one decoder layer's
     trainable elements; ``adapter_shapes``: one layer's LoRA matrices (rows, cols, count).
     A unit's gradient is in flight in the dtype autograd makes it (``dt.grad_compute``) and
-    reduced in ``dt.reduce`` (MixedPrecisionPolicy reduce_dtype)."""
+    reduced in ``dt.reduce`` (MixedPrecisionPolicy reduce_dtype). ``root_bytes``: the root's
+    gathered bytes where they are not the weights' average per parameter (a quantized base);
+    the layers then share the rest."""
     lay = layout(plan)
     if not lay.weights:
         return NONE
     u = units(spec, plan)
     per_elem = weight_bytes / max(1, spec.params)  # quantized bases are < 1 byte each
     unit, root = round(u.layer * per_elem), round(u.root * per_elem)
+    if root_bytes is not None:
+        root, unit = root_bytes, max(0, weight_bytes - root_bytes) // spec.layers
     if plan.trains_adapter:
         # A LoRA unit mixes the 16-bit base with fp32 adapters; FSDP2 all-gathers one dtype
         # per unit, so the adapters are gathered in the base's (MixedPrecisionPolicy

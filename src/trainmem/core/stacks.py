@@ -62,6 +62,12 @@ class Stack:
     # Unsloth's LoRA autograd functions replace PEFT's layers on its fast models
     # (trainmem.core.activations unsloth_lora_paths).
     fused_lora: bool = False
+    # QLoRA's 4-bit weights in a floating storage dtype, which FSDP2 can shard: axolotl
+    # (loaders/model.py bnb_4bit_quant_storage bfloat16) and LLaMA-Factory
+    # (model_utils/quantization.py: the compute dtype, "crucial for fsdp+qlora") set it, and a
+    # hand-written fully_shard needs it; the Trainer and TRL leave bitsandbytes' uint8, which
+    # accelerate keeps out of FSDP2's sharding (trainmem.core.states.unsharded_4bit_bytes).
+    bnb_float_storage: bool = True
     # The framework the step runs in: "torch" (the step model of trainmem.core.estimator) or
     # "mlx" (trainmem.core.mlx_step: lazy evaluation, MLX's allocator, its quantization).
     engine: str = "torch"
@@ -79,6 +85,7 @@ TRAINER = Stack(
     reentrant_ckpt=False,
     defaults="the output is dropped before backward; fused AdamW; the loss upcasts the full "
     "logits to fp32",
+    bnb_float_storage=False,
 )
 TRL = Stack(
     "trl",
@@ -92,12 +99,14 @@ TRL = Stack(
     reentrant_ckpt=False,
     defaults="a model given by id loads in fp32 under bf16 autocast; the loss is TRL's "
     "chunked head (no full logits); checkpointing on; max_length 1024",
+    bnb_float_storage=False,  # ModelConfig bnb_4bit_quant_storage: None, bitsandbytes' uint8
 )
 AXOLOTL = replace(
     TRAINER,
     name="axolotl",
     label="axolotl 067b021 (Hugging Face Trainer)",
     fsdp2_recipe="fsdp2-axolotl",
+    bnb_float_storage=True,
     defaults="sequence_len 512, micro_batch_size 1, adamw_torch_fused, checkpointing off; "
     "QLoRA is NF4 with double quant; the Liger and Cut Cross-Entropy plugins fuse the loss",
 )
@@ -107,6 +116,7 @@ LLAMA_FACTORY = replace(
     label="LLaMA-Factory ff6d4d1 (Hugging Face Trainer)",
     upcast_trainable=True,
     reentrant_ckpt=True,
+    bnb_float_storage=True,
     defaults="trainable parameters upcast to fp32 unless pure_bf16; checkpointing on "
     "(reentrant); cutoff_len 2048; lora_rank 8; enable_liger_kernel fuses the loss",
 )

@@ -256,7 +256,8 @@ def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
     elif lay.gradients:
         gradients = share(gradients)
     if lay.weights:
-        weights = _sharded_weights(spec, plan, weights, n)
+        whole = unsharded_4bit_bytes(spec, plan)
+        weights = whole + _sharded_weights(spec, plan, weights - whole, n)
         adapter = share(adapter)  # trainable weights are sharded like the rest
     largest = max((m.rows * m.cols for m in mats + saved), default=0)
     offloaded = offloaded_states(plan, full[0] + adapter, *full[1:], largest=largest)
@@ -279,6 +280,20 @@ def model_states(spec: ModelSpec, plan: Plan, dt: Dtypes) -> States:
         trainable_params=trainable,
         offloaded=offloaded,
     )
+
+
+def unsharded_4bit_bytes(spec: ModelSpec, plan: Plan) -> int:
+    """The 4-bit weights FSDP2 leaves whole on every GPU: accelerate excludes frozen Params4bit
+    whose storage is not floating (bitsandbytes' default uint8) from fully_shard, as
+    ignored_params (accelerate 1.16 utils/fsdp_utils.py fsdp2_prepare_model,
+    incompatible_params4bit: "Default uint8 quant_storage cannot survive fully_shard's DTensor
+    conversion"); a stack that loads them with a floating storage has them sharded
+    (Stack.bnb_float_storage)."""
+    fsdp2 = plan.strategy == "fsdp" and plan.fsdp != "no-shard" and plan.fsdp_version == 2
+    four_bit = plan.training.quantized_base and plan.quant != "int8"
+    if not (fsdp2 and four_bit) or plan.tooling.bnb_float_storage:
+        return 0
+    return quantized_weight_bytes(spec, plan)
 
 
 def _sharded_weights(spec: ModelSpec, plan: Plan, weights: int, n: int) -> int:
