@@ -169,7 +169,8 @@ def test_deepspeed_file_is_read_relative_to_the_config(tmp_path):
     )
     path = write(tmp_path / "cfg", "a.yml", "base_model: x/y\ndeepspeed: zero3.json\n")
     plan = read_configs([path])
-    assert (plan.values["zero"], plan.values["offload"]) == (3, "params")
+    # parameters offloaded alone: planned as none (the optimizer stays on the GPU)
+    assert (plan.values["zero"], plan.values["offload"]) == (3, "none")
     assert plan.origins["zero"] == f"{tmp_path / 'cfg' / 'zero3.json'}:1 zero_optimization.stage"
 
 
@@ -215,3 +216,63 @@ def test_liger_keys_do_nothing_without_the_plugin(tmp_path):
         tmp_path, "p.yml", text + "plugins: [axolotl.integrations.liger.LigerPlugin]"
     )
     assert with_plugin.values["loss"] == "fused"
+
+
+def test_parallel_sizes_and_partial_training_are_named(tmp_path):
+    # examples/expert_parallel/qwen3_30ba3b_ep_fsdp_fft_4gpu.yaml, bigstral's
+    # unfrozen_parameters, qat
+    plan = read(
+        tmp_path,
+        "ep.yml",
+        """
+        base_model: Qwen/Qwen3-30B-A3B
+        expert_parallel_size: 2
+        dp_shard_size: 2
+        context_parallel_size: 1
+        unfrozen_parameters:
+          - ^lm_head.weight$
+        qat:
+          weight_dtype: int4
+        fsdp_config:
+          fsdp_version: 2
+        """,
+    )
+    name = tmp_path / "ep.yml"
+    assert set(plan.unmodelled) == {
+        f"{name}:2 expert_parallel_size (expert parallelism: each GPU holds part of the "
+        "experts; planned whole)",
+        f"{name}:3 dp_shard_size (FSDP's shard group; planned as sharding over every GPU)",
+        f"{name}:5 unfrozen_parameters (only the matching parameters train; planned with all "
+        "trainable)",
+        f"{name}:7 qat (quantization-aware training's fake quantization (schemas/config.py:280))",
+    }  # a parallel size of 1 is off
+
+
+def test_expert_only_lora_names_lora_target_parameters(tmp_path):
+    # examples/minimax/m2-qlora.yaml: adapters on expert parameters, no module
+    with pytest.raises(PlanError) as err:
+        read(
+            tmp_path,
+            "m2.yml",
+            "base_model: x/y\nadapter: lora\nlora_target_parameters:\n"
+            "  - mlp.experts.gate_up_proj\n  - mlp.experts.down_proj\n",
+        )
+    assert str(err.value) == (
+        f"--from: {tmp_path / 'm2.yml'}:3: lora_target_parameters: LoRA on parameters (MoE "
+        "experts) is not planned, and no module is targeted: trainmem puts LoRA on linear "
+        "modules (lora_target_modules or lora_target_linear)"
+    )
+
+
+def test_real_axolotl_keys_are_not_misspellings(tmp_path):
+    # examples/deepseek-v2/qlora-fsdp-2_5.yaml: peft_use_rslora is a schema field
+    # (schemas/peft.py:92), not a misspelt peft_use_dora
+    plan = read(
+        tmp_path,
+        "rs.yml",
+        "base_model: x/y\npeft_use_rslora: true\nmicro_batch_sise: 2\n",
+    )
+    assert [n for n in plan.notes if "unknown key" in n] == [
+        f"{tmp_path / 'rs.yml'}:3 micro_batch_sise: unknown key, ignored (did you mean "
+        "micro_batch_size?)"
+    ]

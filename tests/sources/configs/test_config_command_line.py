@@ -30,7 +30,7 @@ def test_accelerate_launch_with_deepspeed_options():
         [],
         [
             "accelerate launch --num_processes 8 --mixed_precision bf16 --use_deepspeed "
-            "--zero_stage 3 --offload_param_device cpu train.py "
+            "--zero_stage 3 --offload_param_device cpu --offload_optimizer_device cpu train.py "
             "--per_device_train_batch_size 2 --bf16 --output_dir out"
         ],
     )

@@ -280,3 +280,22 @@ def test_a_config_naming_a_file_with_a_nul_byte_says_which_key(tmp_path):
     )
     with pytest.raises(PlanError, match=r"a.yaml:4 deepspeed: no such file: .*a\\x00b\.json"):
         read_configs([config])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL is not installed")
+def test_trl_yaml_accelerate_config_is_read_by_from_as_by_trl_sft(tmp_path, monkeypatch):
+    # TRL's docs (clis.md): `trl sft --config sft.yaml` with accelerate_config in the YAML;
+    # --from reads the file as `trl sft --config` does (cli/commands/training.py)
+    monkeypatch.chdir(tmp_path)
+    path = write(
+        tmp_path,
+        "sft.yaml",
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: stanfordnlp/imdb\n"
+        "accelerate_config: zero2\n",
+    )
+    by_file = read_configs([path])
+    by_command = read_configs([], ["trl sft --config sft.yaml"])
+    v = by_file.values
+    assert (v["strategy"], v["zero"], v["gpus"], v["precision"]) == ("zero", 2, 8, "bf16")
+    assert v == by_command.values
+    assert by_file.unmodelled == by_command.unmodelled

@@ -169,3 +169,113 @@ def test_bad_stage(tmp_path):
         f"--from: {tmp_path / 's.json'}:3: zero_optimization.stage: 4 is not a ZeRO stage "
         "(0, 1, 2 or 3)"
     )
+
+
+# axolotl's deepspeed_configs/zero3_bf16_cpuoffload_params.json, as bigstral-ds-zero3.yaml
+# names it: parameters offloaded, the optimizer not
+PARAMS_ONLY = """{
+  "zero_optimization": {
+    "stage": 3,
+    "offload_param": {"device": "cpu", "pin_memory": true},
+    "overlap_comm": true
+  },
+  "bf16": {"enabled": true}
+}
+"""
+
+
+def test_parameter_offload_alone_is_planned_as_no_offload(tmp_path):
+    # the plan's params moves the optimizer too; DeepSpeed keeps master, states and gradient
+    # partitions on the GPU without offload_optimizer (stage3.py:328, :1107-1120)
+    plan = read(tmp_path, "z3.json", PARAMS_ONLY)
+    name = tmp_path / "z3.json"
+    assert (plan.values["zero"], plan.values["offload"]) == (3, "none")
+    assert plan.origins["offload"] == f"{name}:4 zero_optimization.offload_param.device"
+    assert plan.unmodelled == (
+        f"{name}:4 zero_optimization.offload_param.device (parameters offloaded without the "
+        "optimizer: planned as no offload, their 16-bit partition counted on the GPU, where "
+        "the master, optimizer states and gradients stay)",
+    )
+    accelerate = read(
+        tmp_path,
+        "acc.yaml",
+        "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n"
+        "  offload_optimizer_device: none\n  offload_param_device: cpu\n",
+    )
+    assert accelerate.values["offload"] == "none"
+    assert accelerate.unmodelled[0].startswith(
+        f"{tmp_path / 'acc.yaml'}:5 deepspeed_config.offload_param_device (parameters offloaded"
+    )
+
+
+@pytest.mark.parametrize(
+    ("keys", "offload", "origin"),
+    [
+        ('"cpu_offload": true', "optimizer", "3 zero_optimization.cpu_offload"),
+        ('"cpu_offload": true, "cpu_offload_param": true', "params", "3 zero_optimization."),
+        ('"cpu_offload": false', "none", "DeepSpeed edaa722 default"),
+    ],
+)
+def test_deprecated_cpu_offload_switches(tmp_path, keys, offload, origin):
+    # zero/config.py:181-188, :202-210: cpu_offload is offload_optimizer on the CPU,
+    # cpu_offload_param offload_param
+    text = f'{{\n "zero_optimization": {{\n  "stage": 3, {keys}\n }}\n}}'
+    plan = read(tmp_path, "old.json", text)
+    assert plan.values["offload"] == offload
+    assert origin in plan.origins["offload"]
+
+
+def test_deprecated_switch_beside_its_block_is_refused(tmp_path):
+    text = (
+        '{\n "zero_optimization": {\n  "stage": 2,\n  "cpu_offload": true,\n'
+        '  "offload_optimizer": {"device": "cpu"}\n }\n}'
+    )
+    with pytest.raises(PlanError) as err:
+        read(tmp_path, "both.json", text)
+    assert str(err.value) == (
+        f"--from: {tmp_path / 'both.json'}:4: zero_optimization.cpu_offload: deprecated for "
+        "offload_optimizer, which is given too: DeepSpeed refuses both"
+    )
+
+
+def test_accelerate_parallelism_config_is_named(tmp_path):
+    # TRL's examples/accelerate_configs/context_parallel_2gpu.yaml and alst_ulysses_4gpu.yaml
+    cp = read(
+        tmp_path,
+        "cp.yaml",
+        """
+        distributed_type: FSDP
+        num_processes: 2
+        fsdp_config:
+          fsdp_version: 2
+        parallelism_config:
+          parallelism_config_dp_replicate_size: 1
+          parallelism_config_dp_shard_size: 1
+          parallelism_config_tp_size: 1
+          parallelism_config_cp_size: 2
+        """,
+    )
+    assert cp.unmodelled == (
+        f"{tmp_path / 'cp.yaml'}:9 parallelism_config.parallelism_config_cp_size (context "
+        "parallelism over 2 GPUs, each holding part of the sequence; planned whole)",
+    )
+    sp = read(
+        tmp_path,
+        "sp.yaml",
+        """
+        distributed_type: DEEPSPEED
+        deepspeed_config:
+          zero_stage: 3
+        num_processes: 4
+        parallelism_config:
+          parallelism_config_dp_shard_size: 2
+          parallelism_config_sp_size: 2
+          parallelism_config_sp_backend: deepspeed
+        """,
+    )
+    assert [u.split(" ", 1)[1] for u in sp.unmodelled] == [
+        "parallelism_config.parallelism_config_sp_size (ALST/Ulysses sequence parallelism over "
+        "2 GPUs; planned with the whole sequence)",
+        "parallelism_config.parallelism_config_dp_shard_size (sharding over 2 GPUs; planned "
+        "over every GPU)",
+    ]

@@ -127,3 +127,58 @@ def test_not_planned_is_one_line(tmp_path, yaml, message):
     with pytest.raises(PlanError) as err:
         read(tmp_path, "u.yaml", f"model_name_or_path: x/y\n{yaml}\n")
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("yaml", "precision"),
+    [
+        ("", "bf16"),  # examples/extras/badam/llama3_full_sft.yaml: no bf16, a bf16 checkpoint
+        ("bf16: true", "bf16"),  # 16-bit weights under autocast: no fp32 copy
+        ("fp16: true", "fp16"),  # parser.py:642-643: fp16 compute dtype
+    ],
+)
+def test_badam_keeps_the_trainable_weights_16_bit(tmp_path, yaml, precision):
+    # model/adapter.py:343: no fp32 upcast under pure_bf16 or use_badam
+    plan = read(
+        tmp_path,
+        "badam.yaml",
+        f"model_name_or_path: x/y\nstage: sft\nfinetuning_type: full\nuse_badam: true\n{yaml}\n",
+    )
+    assert plan.values["precision"] == precision
+    assert plan.origins["precision"] == f"{tmp_path / 'badam.yaml'}:4 use_badam"
+    assert f"{tmp_path / 'badam.yaml'}:4 use_badam (BAdam block updates)" in plan.unmodelled
+
+
+def test_megatron_config_is_refused(tmp_path):
+    # examples/megatron/qwen3_moe_full.yaml: runs only under USE_MCA=1 (hparams/parser.py:397)
+    with pytest.raises(PlanError) as err:
+        read(
+            tmp_path,
+            "mca.yaml",
+            "model_name_or_path: x/y\nstage: sft\nfinetuning_type: full\nbf16: true\n"
+            "sequence_parallel: false\npipeline_model_parallel_size: 4\n"
+            "expert_model_parallel_size: 2\nrecompute_granularity: full\n",
+        )
+    assert str(err.value) == (
+        f"--from: {tmp_path / 'mca.yaml'}:5: sequence_parallel: a Megatron key: this "
+        "LLaMA-Factory config trains under Megatron-Core (USE_MCA=1 or USE_MEGATRON_BRIDGE=1), "
+        "whose tensor, pipeline and expert parallel step trainmem does not plan"
+    )
+
+
+def test_ray_workers_and_real_keys(tmp_path):
+    plan = read(
+        tmp_path,
+        "ray.yaml",
+        "model_name_or_path: x/y\nray_num_workers: 4\nstage: sft\nper_device_eval_batch_size: 1\n"
+        "use_rslora: true\nper_device_train_batchsize: 2\n",
+    )
+    name = tmp_path / "ray.yaml"
+    assert plan.unmodelled == (
+        f"{name}:2 ray_num_workers (Ray's data-parallel workers; planned as one process)",
+    )
+    # real keys of LLaMA-Factory and TrainingArguments are not misspellings; a misspelling is
+    assert [n for n in plan.notes if "unknown key" in n] == [
+        f"{name}:6 per_device_train_batchsize: unknown key, ignored (did you mean "
+        "per_device_train_batch_size?)"
+    ]

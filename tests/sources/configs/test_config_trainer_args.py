@@ -130,3 +130,18 @@ def test_errors(tmp_path, text, message):
     with pytest.raises(PlanError) as err:
         read(tmp_path, "s.yaml", f"model_name_or_path: x/y\n{text}\n")
     assert message in str(err.value) and f"{tmp_path / 's.yaml'}:2" in str(err.value)
+
+
+def test_real_training_arguments_are_not_misspellings(tmp_path):
+    # alignment-handbook recipes set per_device_eval_batch_size, a TrainingArguments field,
+    # which once read as a misspelt per_device_train_batch_size
+    plan = read(
+        tmp_path,
+        "sft.yaml",
+        "model_name_or_path: x/y\nper_device_eval_batch_size: 16\neval_strategy: steps\n"
+        "per_device_train_batchsize: 4\n",
+    )
+    assert [n for n in plan.notes if "unknown key" in n] == [
+        f"{tmp_path / 'sft.yaml'}:4 per_device_train_batchsize: unknown key, ignored (did you "
+        "mean per_device_train_batch_size?)"
+    ]

@@ -27,6 +27,16 @@ _SHARDING = {
 # Wrapping one unit per decoder layer (TRANSFORMER_BASED_WRAP, accelerate's default,
 # utils/dataclasses.py FullyShardedDataParallelPlugin) is what the plan counts.
 _WRAP = "TRANSFORMER_BASED_WRAP"
+# parallelism_config sizes (accelerate/parallelism_config.py ParallelismConfig, each 1 when
+# unset, :270-283; launch.py --parallelism_config_*): above 1 each splits what the plan
+# keeps whole on every GPU.
+_PARALLEL = {
+    "tp": "tensor parallelism over {n} GPUs; planned without it",
+    "cp": "context parallelism over {n} GPUs, each holding part of the sequence; planned whole",
+    "sp": "ALST/Ulysses sequence parallelism over {n} GPUs; planned with the whole sequence",
+    "dp_replicate": "{n} replicas of the shard group (HSDP); planned as one group",
+    "dp_shard": "sharding over {n} GPUs; planned over every GPU",
+}
 
 
 def looks_like(doc: Doc) -> int:
@@ -66,7 +76,17 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
         _deepspeed(r, read_file)
     elif kind not in ("NO", "MULTI_GPU", "MULTI_CPU"):
         r.unmodelled_key("distributed_type", f"{kind} is not modelled")
+    _parallelism(r, processes)
     return r.result()
+
+
+def _parallelism(r: Reading, processes: int | None) -> None:
+    for name, why in _PARALLEL.items():
+        key = f"parallelism_config.parallelism_config_{name}_size"
+        size = r.doc.integer(key)
+        if size is None or size <= 1 or (name == "dp_shard" and size == processes):
+            continue  # a shard group of every process is what the plan shards over
+        r.unmodelled_key(key, why.format(n=size))
 
 
 def _fsdp(r: Reading) -> None:

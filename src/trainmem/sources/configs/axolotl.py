@@ -6,7 +6,7 @@ from __future__ import annotations
 from trainmem.core.errors import PlanError
 from trainmem.core.units import shown
 from trainmem.sources.configs import deepspeed as ds
-from trainmem.sources.configs import optimizers
+from trainmem.sources.configs import framework_fields, optimizers
 from trainmem.sources.configs.common import (
     FIELD,
     ConfigPlan,
@@ -52,9 +52,6 @@ LOADERS = "src/axolotl/loaders/model.py"
 _UNMODELLED = {
     "torch_compile": "compile workspace",
     "chunked_cross_entropy": "axolotl's chunked CE still builds bf16 logits",
-    "context_parallel_size": "context parallelism",
-    "sequence_parallel_degree": "sequence parallelism",
-    "tensor_parallel_size": "tensor parallelism",
     "lora_mlp_kernel": "axolotl's LoRA kernels",
     "lora_qkv_kernel": "axolotl's LoRA kernels",
     "lora_o_kernel": "axolotl's LoRA kernels",
@@ -78,11 +75,26 @@ _UNMODELLED = {
     # schemas/integrations.py:36 LISAConfig: only lisa_n_layers layers train at a time
     "lisa_n_layers": "LISA layer-wise sampling; planned as a full fine-tune of every layer",
     "tiled_mlp": "ALST tiled MLP (the MLP's activations in shards), schemas/config.py:1009",
+    # schemas/config.py:1091-1100: FSDP shards over dp_shard_size devices, not every GPU
+    "dp_shard_size": "FSDP's shard group; planned as sharding over every GPU",
+    # schemas/config.py:654: every other parameter is frozen
+    "unfrozen_parameters": "only the matching parameters train; planned with all trainable",
+    "qat": "quantization-aware training's fake quantization (schemas/config.py:280)",
+}
+# Parallel sizes, 1 (or absent) being off: a size above 1 splits work the plan keeps whole
+# (schemas/config.py:1097-1129; integrations/expert_parallel/args.py:23).
+_SIZES = {
+    "context_parallel_size": "context parallelism: each GPU holds part of the sequence",
+    "sequence_parallel_degree": "context parallelism: each GPU holds part of the sequence",
+    "tensor_parallel_size": "tensor parallelism",
+    "expert_parallel_size": "expert parallelism: each GPU holds part of the experts",
+    "dp_replicate_size": "replicas of the FSDP shard group (HSDP)",
 }
 _KNOWN = (
     *MARKERS,
     *_LEGACY_ATTN,
     *_UNMODELLED,
+    *_SIZES,
     "load_in_4bit",
     "load_in_8bit",
     "lora_alpha",
@@ -139,8 +151,12 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
     _loss(r)
     _fsdp(r)
     r.unmodelled_present(_UNMODELLED)
+    for key, why in _SIZES.items():
+        size = doc.integer(key)
+        if size is not None and size > 1:
+            r.unmodelled_key(key, f"{why}; planned whole")
     _deepspeed(r, read_file)
-    r.typos(_KNOWN)
+    r.typos(_KNOWN, framework_fields.AXOLOTL)
     return r.result()
 
 
@@ -312,6 +328,12 @@ def _lora(r: Reading) -> None:
     # loaders/adapter.py:171-190 passes lora_target_modules to PEFT as written (a string is a
     # regex); absent, it passes [], which targets nothing
     elif not set_target_modules(r, "lora_target_modules"):
+        if doc.has("lora_target_parameters"):  # schemas/peft.py:57: PEFT's target_parameters
+            raise doc.error(
+                "lora_target_parameters",
+                "LoRA on parameters (MoE experts) is not planned, and no module is targeted: "
+                "trainmem puts LoRA on linear modules (lora_target_modules or lora_target_linear)",
+            )
         raise doc.error(
             "lora_target_modules", "absent, and lora_target_linear is not true: no layer"
         )

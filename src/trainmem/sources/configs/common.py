@@ -11,7 +11,7 @@ looked at.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -236,12 +236,14 @@ class Reading:
             if value not in (None, False, "", [], {}, "false", "False", 0):
                 self.unmodelled_key(key, why)
 
-    def typos(self, known: Iterable[str]) -> None:
+    def typos(self, known: Iterable[str], fields: Collection[str] = ()) -> None:
         """Top-level keys that are not known but look like a known one: a note each, so a
-        misspelt micro_batch_size is not silently planned at its default."""
+        misspelt micro_batch_size is not silently planned at its default. ``fields`` are the
+        framework's own keys (framework_fields): real keys the plan does not read, never
+        misspellings (per_device_eval_batch_size is not per_device_train_batch_size)."""
         known = set(known)
         for key in self.doc.data:
-            if key in known:
+            if key in known or key in fields:
                 continue
             close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.85)
             if close:

@@ -123,29 +123,73 @@ def _precision(r: Reading) -> None:
 
 
 def _offload(r: Reading) -> None:
-    read_offload(
+    """The two offload blocks, or the deprecated switches that stand for them: cpu_offload
+    true is offload_optimizer on the CPU, cpu_offload_param true offload_param (zero/config.py
+    :181-188, :202-210; DeepSpeedConfigModel refuses a switch beside the block it replaces,
+    runtime/config_utils.py _process_deprecated_field)."""
+    doc = r.doc
+    devices: list[tuple[str, str]] = []
+    for block, legacy in (
+        ("offload_optimizer", "cpu_offload"),
+        ("offload_param", "cpu_offload_param"),
+    ):
+        key, legacy_key = f"{ZERO}.{block}.device", f"{ZERO}.{legacy}"
+        switch = doc.flag(legacy_key)
+        if switch is None:
+            devices.append((key, device_at(r, key)))
+        elif doc.has(f"{ZERO}.{block}"):
+            raise doc.error(
+                legacy_key, f"deprecated for {block}, which is given too: DeepSpeed refuses both"
+            )
+        else:
+            devices.append((legacy_key, "cpu" if switch else "none"))
+    (optimizer_key, optimizer), (param_key, param) = devices
+    set_offload(
         r,
-        f"{ZERO}.offload_optimizer.device",
-        f"{ZERO}.offload_param.device",
+        optimizer_key,
+        optimizer,
+        param_key,
+        param,
         "deepspeed/runtime/zero/offload_config.py:24, :58",
     )
 
 
 def read_offload(r: Reading, optimizer_key: str, param_key: str, default_source: str) -> None:
     """ZeRO's offload from its two device keys (DeepSpeed's OffloadDeviceEnum: none, cpu,
-    nvme; anything else is refused, as DeepSpeed refuses it), parameters over the optimizer."""
+    nvme; anything else is refused, as DeepSpeed refuses it)."""
+    optimizer, param = device_at(r, optimizer_key), device_at(r, param_key)
+    set_offload(r, optimizer_key, optimizer, param_key, param, default_source)
+
+
+def device_at(r: Reading, key: str) -> str:
     doc = r.doc
-    where: dict[str, bool] = {}
-    for key in (optimizer_key, param_key):
-        device = (doc.text(key) or "none").lower() if doc.lookup(key) != "auto" else "none"
-        if device not in _DEVICES:
-            raise doc.error(key, f"{shown(device)} is not none, cpu or nvme")
-        if device == "nvme":
-            r.unmodelled_key(key, "NVMe offload: planned as CPU offload")
-        where[key] = device != "none"
-    if where[param_key]:
+    device = (doc.text(key) or "none").lower() if doc.lookup(key) != "auto" else "none"
+    if device not in _DEVICES:
+        raise doc.error(key, f"{shown(device)} is not none, cpu or nvme")
+    if device == "nvme":
+        r.unmodelled_key(key, "NVMe offload: planned as CPU offload")
+    return device
+
+
+def set_offload(
+    r: Reading, optimizer_key: str, optimizer: str, param_key: str, param: str, default_source: str
+) -> None:
+    """The plan's offload: params (optimizer and parameters), optimizer, or none. Parameters
+    offloaded alone are planned as none: without offload_optimizer ZeRO-3 keeps the fp32
+    master, the optimizer states and the gradient partitions on the GPU (stage3.py:328
+    self.device, :742-744, :1107-1120), which the plan's params moves to the CPU (it would
+    err low); none counts the 16-bit parameter partition on the GPU too, a small
+    overestimate."""
+    if param != "none" and optimizer != "none":
         r.set("offload", "params", param_key)
-    elif where[optimizer_key]:
+    elif optimizer != "none":
         r.set("offload", "optimizer", optimizer_key)
+    elif param != "none":
+        r.set("offload", "none", param_key)
+        r.unmodelled_key(
+            param_key,
+            "parameters offloaded without the optimizer: planned as no offload, their 16-bit "
+            "partition counted on the GPU, where the master, optimizer states and gradients stay",
+        )
     else:
         r.default("offload", "none", default_source)

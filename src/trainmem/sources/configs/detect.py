@@ -21,6 +21,7 @@ from trainmem.sources.configs import (
     command_line,
     deepspeed,
     llama_factory,
+    llama_factory_v1,
     mlx_lm,
     shell_script,
     trainer_args,
@@ -43,14 +44,27 @@ def _readers() -> dict[str, tuple[Callable[[Doc], int], Reader]]:
     return {
         "axolotl": (axolotl.looks_like, lambda d: axolotl.read(d, read_named)),
         "LLaMA-Factory": (llama_factory.looks_like, lambda d: llama_factory.read(d, read_named)),
+        "LLaMA-Factory v1": (
+            llama_factory_v1.looks_like,
+            lambda d: llama_factory_v1.read(d, read_named),
+        ),
         "DeepSpeed": (deepspeed.looks_like, deepspeed.read),
         "mlx-lm": (mlx_lm.looks_like, mlx_lm.read),
         "accelerate": (accelerate.looks_like, lambda d: accelerate.read(d, read_named)),
-        "TrainingArguments": (
-            trainer_args.looks_like,
-            lambda d: trainer_args.read(d, read_named),
-        ),
+        "TrainingArguments": (trainer_args.looks_like, _read_trainer_args),
     }
+
+
+def _read_trainer_args(doc: Doc) -> ConfigPlan:
+    """TrainingArguments, or TRL's SFTConfig as `trl sft --config FILE` reads it: the keys
+    SFTConfig does not take (accelerate_config, num_processes) go to accelerate launch
+    (trl/cli/commands/training.py TrainingCommand.run), as on a command line."""
+    if not trainer_args.is_trl(doc):
+        return trainer_args.read(doc, read_named)
+    data = dict(doc.data)
+    launch = _trl_launch(data, doc.name, doc.lines, doc.path, dict(doc.shown_as))
+    plan = trainer_args.read(replace(doc, data=data), read_named)
+    return fold(launch, plan) if launch is not None else plan
 
 
 def detect(doc: Doc) -> str:
@@ -153,13 +167,18 @@ def read_command(text: str, cwd: Path | None = None, name: str = command_line.NA
     if program[0] in ("mlx_lm", "mlx_lm.lora"):
         plan = mlx_lm.read(doc)  # options over the --config file's keys (lora.py main)
     elif program[0] in ("llamafactory-cli", "lmf"):  # --key value too (hparams/parser.py)
-        plan = llama_factory.read(doc, read_named)
-        launch = _llama_factory_launch(cmd, name, here)
+        # USE_V1 picks v1's launcher (cli.py:19-22, extras/misc.py:258-260 is_env_enabled)
+        v1 = cmd.env.get("USE_V1", "").lower() in ("true", "y", "1")
+        if v1 or llama_factory_v1.looks_like(doc) > llama_factory.looks_like(doc):
+            plan = llama_factory_v1.read(doc, read_named)
+        else:
+            plan = llama_factory.read(doc, read_named)
+        launch = _llama_factory_launch(cmd, name, here)  # v1/launcher.py:48-53 alike
     elif program[0] == "axolotl":
         plan = axolotl.read(doc, read_named)
     elif cmd.config_file and not trl:  # a script's config (LLaMA-Factory's src/train.py)
         found = detect(doc)
-        reader = _readers()[found][1] if found in ("axolotl", "LLaMA-Factory") else None
+        reader = _readers()[found][1] if found.startswith(("axolotl", "LLaMA-Factory")) else None
         plan = reader(doc) if reader else trainer_args.read(doc, read_named)
     else:
         plan = trainer_args.read(doc, read_named, trl=trl or None)

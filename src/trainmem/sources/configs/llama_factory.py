@@ -6,7 +6,7 @@ from __future__ import annotations
 from trainmem.core.errors import PlanError
 from trainmem.core.units import shown
 from trainmem.sources.configs import deepspeed as ds
-from trainmem.sources.configs import optimizers
+from trainmem.sources.configs import framework_fields, optimizers
 from trainmem.sources.configs.common import FIELD, ConfigPlan, Doc, ReadFile, Reading
 from trainmem.sources.configs.lora import set_modules_to_save, set_targets
 
@@ -48,7 +48,30 @@ _UNMODELLED = {
     "fsdp": "FSDP sharding (issue 10)",
     "fsdp_config": "FSDP sharding (issue 10)",
     "torch_compile": "compile workspace",
+    # Ray workers, one GPU each, train data-parallel under USE_RAY=1 (train/tuner.py:308)
+    "ray_num_workers": "Ray's data-parallel workers; planned as one process",
 }
+# Keys of the Megatron trainers LLaMA-Factory runs under USE_MCA=1 (mcore_adapter's
+# TrainingArguments) or USE_MEGATRON_BRIDGE=1 (hparams/megatron_bridge_args.py:32-142),
+# chosen by the environment, not the file (hparams/parser.py:395-407): the plan models the
+# Hugging Face Trainer, not Megatron-Core's tensor, pipeline and expert parallel step.
+_MEGATRON = frozenset(
+    {
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "virtual_pipeline_model_parallel_size",
+        "expert_model_parallel_size",
+        "context_parallel_size",
+        "sequence_parallel",
+        "recompute_granularity",
+        "recompute_method",
+        "use_distributed_optimizer",
+        "overlap_param_gather",
+        "overlap_grad_reduce",
+        "moe_token_dispatcher_type",
+        "megatron_pretrained_checkpoint",
+    }
+)
 _KNOWN = (
     *MARKERS,
     *_UNMODELLED,
@@ -75,6 +98,7 @@ def looks_like(doc: Doc) -> int:
 
 def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
     r = Reading(doc, FRAMEWORK)
+    _not_megatron(doc)
     stage = (doc.text("stage") or "sft").lower()  # finetuning_args.py:460
     if stage not in ("sft", "pt"):
         raise PlanError(
@@ -108,8 +132,19 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
         r.set("loss", "fused", "enable_liger_kernel")
     r.unmodelled_present(_UNMODELLED)
     _deepspeed(r, read_file)
-    r.typos(_KNOWN)
+    r.typos(_KNOWN, framework_fields.LLAMA_FACTORY | framework_fields.TRAINING_ARGUMENTS)
     return r.result()
+
+
+def _not_megatron(doc: Doc) -> None:
+    key = next((str(k) for k in doc.data if k in _MEGATRON), None)
+    if key is not None:
+        raise PlanError(
+            FIELD,
+            f"{doc.where(key)}: {key}: a Megatron key: this LLaMA-Factory config trains under "
+            "Megatron-Core (USE_MCA=1 or USE_MEGATRON_BRIDGE=1), whose tensor, pipeline and "
+            "expert parallel step trainmem does not plan",
+        )
 
 
 def _method(r: Reading) -> None:
@@ -175,13 +210,22 @@ def _lora(r: Reading) -> None:
 
 
 def _precision(r: Reading) -> None:
-    """Trainable parameters are upcast to fp32 unless pure_bf16 (model/adapter.py:337-349),
-    and bf16/fp16 run the Trainer's autocast: full fine-tuning is then fp32 weights under
-    autocast, LoRA a 16-bit base (torch_dtype auto, model/loader.py:154) under autocast."""
+    """Trainable parameters are upcast to fp32 unless pure_bf16 or use_badam
+    (model/adapter.py:337-349), and bf16/fp16 run the Trainer's autocast: full fine-tuning is
+    then fp32 weights under autocast, LoRA a 16-bit base (torch_dtype auto,
+    model/loader.py:154) under autocast. Without the upcast the weights stay in the compute
+    dtype the model loads in: fp16 with fp16, else bf16 (hparams/parser.py:640-643; with
+    neither, bf16 for a bf16 checkpoint on a bf16 GPU, model/patcher.py:375-379)."""
     doc = r.doc
     adapter = r.values.get("method") in ("lora", "qlora")
     if doc.flag("pure_bf16"):
         r.set("precision", "bf16", "pure_bf16")
+    elif doc.flag("use_badam"):
+        r.set(
+            "precision",
+            "fp16" if doc.flag("fp16") and not doc.flag("bf16") else "bf16",
+            "use_badam",
+        )
     elif doc.flag("bf16"):
         r.set("precision", "bf16-mixed", "bf16")
     elif doc.flag("fp16"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from trainmem.core.errors import PlanError
 from trainmem.core.units import shown
-from trainmem.sources.configs import optimizers
+from trainmem.sources.configs import framework_fields, optimizers
 from trainmem.sources.configs.common import (
     FIELD,
     FSDP_WORDS,
@@ -49,6 +49,7 @@ TRL_KEYS = frozenset(
         "use_bnb_nested_quant",
         "activation_offloading",
         "chat_template_path",
+        "accelerate_config",  # `trl sft`'s, passed to accelerate launch
     }
 )
 HF_KEYS = frozenset(
@@ -138,7 +139,9 @@ def read(doc: Doc, read_file: ReadFile, *, trl: bool | None = None) -> ConfigPla
 
         r.merged(ds.read(Doc(doc.name, deepspeed, _sub_lines(doc, "deepspeed"), doc.path)))
     known = ("lora_alpha", "lora_dropout", "fsdp", "fsdp_config", *_CHECKPOINT_KWARGS)
-    r.typos({*TRL_KEYS, *HF_KEYS, *known})
+    r.typos(
+        {*TRL_KEYS, *HF_KEYS, *known}, framework_fields.TRAINING_ARGUMENTS | framework_fields.TRL
+    )
     return r.result()
 
 
