@@ -23,6 +23,7 @@ accuracy:
 		bench/results/measure-cpu-sharded-fsdp1-mp.json \
 		bench/results/measure-cpu-deepspeed.json \
 		bench/results/measure-cpu-frameworks.json bench/results/bnb-moe-load.json \
+		bench/results/measure-cpu-sharded-accelerate.json \
 		$(wildcard bench/results/measure-cuda.json) \
 		--out docs/accuracy.md
 

@@ -6,6 +6,9 @@
         --out bench/results/measure-cpu-sharded-mp.json                 # mixed precision (issue 18)
     .measure-venv/bin/python bench/measure/sharded.py --fsdp1-mp --validate \
         --out bench/results/measure-cpu-sharded-fsdp1-mp.json           # FSDP1 MixedPrecision
+    OUT=bench/results/measure-cpu-sharded-accelerate.json               # untied models, both
+    .venv/bin/python bench/measure/sharded.py --untied --accelerate-layout --out $OUT
+    .venv/bin/python bench/measure/sharded.py --untied --append --out $OUT   # layouts
 
 Every rank of a data-parallel run does the same work on its own micro-batch, so one process
 can stand for any rank: PyTorch's fake process group (torch.testing._internal.distributed.
@@ -47,6 +50,7 @@ from trainmem.core.plan import Plan
 
 WORLDS = (1, 2, 4, 8, 16, 32, 64)
 MODELS = ("SmolLM2-135M", "Qwen2.5-0.5B")  # llama and qwen2 (q/k/v biases), both tied
+MOMENTS = False  # --untied: every record keeps its per-moment peaks (MomentTracker)
 
 
 class ResizeAwareTracker(StorageTracker):
@@ -83,6 +87,59 @@ class ResizeAwareTracker(StorageTracker):
         torch.UntypedStorage.resize_ = self._orig_resize  # type: ignore[method-assign]
 
 
+class MomentTracker(ResizeAwareTracker):
+    """ResizeAwareTracker that also keeps the peak (and its categories) between FSDP2's own
+    events: each FSDPParamGroup pre_forward / post_forward / pre_backward / post_backward /
+    finalize_backward starts a new moment named "<phase>|<event> <unit>", where the unit is
+    the param group's module (the tail group: its first module). In order of first
+    occurrence, so ``moments`` reads as a timeline of the step."""
+
+    EVENTS = ("pre_forward", "post_forward", "pre_backward", "post_backward", "finalize_backward")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.event = "start"
+        self.moments: dict[str, dict[str, Any]] = {}
+
+    def _check_peak(self, op: str) -> None:
+        super()._check_peak(op)
+        key = f"{self.current_phase}|{self.event}"
+        m = self.moments.get(key)
+        if m is None or self.live_bytes > m["bytes"]:
+            self.moments[key] = {
+                "bytes": self.live_bytes,
+                "op": op,
+                "by_category": {k: v for k, v in self.by_category.items() if v},
+            }
+
+    def __enter__(self) -> MomentTracker:
+        from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+        tracker = self
+        self._orig_events = {e: getattr(FSDPParamGroup, e) for e in self.EVENTS}
+
+        def patched(event: str, orig: Any) -> Any:
+            def fn(group: Any, *args: Any, **kwargs: Any) -> Any:
+                fqn = group._module_fqn or "<root>"
+                tracker.event = f"{event} {fqn}"
+                tracker._check_peak(event)
+                return orig(group, *args, **kwargs)
+
+            return fn
+
+        for e, orig in self._orig_events.items():
+            setattr(FSDPParamGroup, e, patched(e, orig))
+        super().__enter__()
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+        super().__exit__(*args)
+        for e, orig in self._orig_events.items():
+            setattr(FSDPParamGroup, e, orig)
+
+
 def _local(t: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
@@ -107,8 +164,12 @@ def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
 
 
-def wrap(model: torch.nn.Module, plan: Plan, mesh: Any) -> torch.nn.Module:
-    """FSDP per decoder layer, then the root, as accelerate's fsdp2_prepare_model does."""
+def wrap(model: torch.nn.Module, plan: Plan, mesh: Any, layout: str = "manual") -> torch.nn.Module:
+    """FSDP per decoder layer, then the root, as accelerate's fsdp2_prepare_model did up to
+    1.13 (``layout="manual"``); ``layout="accelerate"``: accelerate's own
+    fsdp2_prepare_model (accelerate_wrap)."""
+    if layout == "accelerate":
+        return accelerate_wrap(model, plan, mesh)
     if plan.fsdp_version == 2:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -149,6 +210,79 @@ def wrap(model: torch.nn.Module, plan: Plan, mesh: Any) -> torch.nn.Module:
         device_mesh=mesh,
         device_id=torch.device("cpu"),
     )
+
+
+def accelerate_wrap(model: torch.nn.Module, plan: Plan, mesh: Any) -> torch.nn.Module:
+    """The installed accelerate's own ``fsdp2_prepare_model`` (accelerate/utils/fsdp_utils.py;
+    1.16.0: one unit per decoder layer, then for UNTIED embeddings the input embedding as its
+    own unit with the plugin's reshard_after_forward, then a "tail" unit [final norm, lm_head]
+    (tied: [norm, embed_tokens, lm_head]) with reshard_after_forward=False, then the root with
+    torch's default (None: not resharded), which then holds no parameters).
+
+    It is called with a stand-in for the Accelerator carrying exactly what it reads: a real
+    FullyShardedDataParallelPlugin(fsdp_version=2, TRANSFORMER_BASED_WRAP,
+    reshard_after_forward = full-shard), given set_mixed_precision("bf16") under bf16-mixed as
+    AcceleratorState does (state.py: param and reduce dtype bf16; 1.16 sets no output_dtype),
+    or a user-set MixedPrecisionPolicy with an fp32 reduce (plan reduce_dtype fp32);
+    mixed_precision "no" for a plan in pure bf16 (the model is then wrapped in its own dtype,
+    MixedPrecisionPolicy()). The process group is the caller's (fake or gloo) 1-D mesh.
+    _prepare_fsdp2 (accelerator.py) adds no autocast around the forward (step_plan)."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_model
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if plan.fsdp_version != 2:
+        raise ValueError("the accelerate layout is FSDP2's (fsdp2_prepare_model)")
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=2,
+        reshard_after_forward=plan.fsdp == "full-shard",
+        auto_wrap_policy="transformer_based_wrap",
+    )
+    mixed = "bf16" if mixed_full(plan) else "no"
+    if mixed != "no":
+        plugin.set_mixed_precision(mixed)  # what AcceleratorState.__init__ calls
+        if plan.reduce_dtype == "fp32":
+            plugin.mixed_precision_policy = MixedPrecisionPolicy(
+                param_dtype=torch.bfloat16, reduce_dtype=torch.float32
+            )
+    dims = ("dp_shard",)
+    acc = SimpleNamespace(
+        state=SimpleNamespace(fsdp_plugin=plugin),
+        torch_device_mesh={dims: mesh},
+        parallelism_config=SimpleNamespace(fsdp_dim_names=dims),
+        mixed_precision=mixed,
+        is_main_process=True,
+        device=torch.device("cpu"),
+    )
+    plugin.set_auto_wrap_policy(model)  # _prepare_fsdp2 does this first
+    return fsdp2_prepare_model(acc, model)
+
+
+def fsdp2_units(model: torch.nn.Module) -> list[dict[str, Any]]:
+    """The FSDP2 units made: modules, parameters (elements, unsharded), and
+    reshard_after_forward (None: a unit with no parameters)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    names = {m: n or "<root>" for n, m in model.named_modules()}
+    groups: dict[int, dict[str, Any]] = {}
+    for m in model.modules():
+        if not isinstance(m, FSDPModule):
+            continue
+        group = m._get_fsdp_state()._fsdp_param_group
+        key = id(group) if group is not None else id(m)
+        u = groups.setdefault(key, {"modules": [], "params": 0, "reshard_after_forward": None})
+        u["modules"].append(names[m])
+        if group is not None and not u["params"]:
+            u["params"] = sum(fp.sharded_param.numel() for fp in group.fsdp_params)
+            u["reshard_after_forward"] = group.post_forward_mesh_info is not None
+    units = list(groups.values())
+    layers = [u for u in units if len(u["modules"]) == 1 and "layers." in u["modules"][0]]
+    rest = [u for u in units if u not in layers]
+    if layers:  # the decoder layers as one line
+        rest.append({**layers[0], "modules": [f"{len(layers)} decoder layers, each"]})
+    return rest
 
 
 def mixed_full(plan: Plan) -> bool:
@@ -201,8 +335,9 @@ def sharded_plan(
     precision: str = "bf16",
     reduce: str = "auto",
     seq_len: int = 256,
+    batch: int = 1,
 ) -> Plan:
-    base = harness.measured_plan(method, precision, "adamw", seq_len, 1, gc_on)
+    base = harness.measured_plan(method, precision, "adamw", seq_len, batch, gc_on)
     return dataclasses.replace(
         base,
         model=model,
@@ -214,7 +349,9 @@ def sharded_plan(
     )
 
 
-def measure(entry: dict[str, Any], plan: Plan, fake: bool, rank: int = 0) -> dict[str, Any]:
+def measure(
+    entry: dict[str, Any], plan: Plan, fake: bool, rank: int = 0, layout: str = "manual"
+) -> dict[str, Any]:
     """One warm-up step, then one tracked step, on this process's rank."""
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -228,7 +365,8 @@ def measure(entry: dict[str, Any], plan: Plan, fake: bool, rank: int = 0) -> dic
     with ctx:
         with harness._fake_safe_module_apply() if fake else contextlib.nullcontext():
             model, _ = harness.build(entry, plan, "cpu")
-        model = wrap(model, plan, mesh)
+        model = wrap(model, plan, mesh, layout)
+        units = fsdp2_units(model) if plan.fsdp_version == 2 else None
         opt = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=1e-5, fused=True
         )
@@ -236,7 +374,7 @@ def measure(entry: dict[str, Any], plan: Plan, fake: bool, rank: int = 0) -> dic
         run = step_plan(plan)
         harness.train_step(model, opt, ids, run, "cpu")
         gc.collect()
-        tr = ResizeAwareTracker()
+        tr = MomentTracker() if layout != "manual" or MOMENTS else ResizeAwareTracker()
         _register(tr, model, opt)
         tr.register([ids], "other")
         with tr:
@@ -251,6 +389,13 @@ def measure(entry: dict[str, Any], plan: Plan, fake: bool, rank: int = 0) -> dic
             "execution": "fake" if fake else "real",
             "tracker": "StorageTracker + UntypedStorage.resize_",
         }
+        if layout != "manual" or MOMENTS:
+            out["layout"] = layout
+            out["fsdp_units"] = units
+        if isinstance(tr, MomentTracker):
+            out["phase_end_bytes"] = s.get("phase_end_bytes")
+            out["peak_op"] = s.get("peak_op")
+            out["moments"] = tr.moments
         if plan.fsdp_version == 2 and os.environ.get("SHARDED_FSDP_MEM_TRACKER"):
             from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
@@ -264,13 +409,15 @@ def measure(entry: dict[str, Any], plan: Plan, fake: bool, rank: int = 0) -> dic
     return out
 
 
-def _fake_run(entry: dict[str, Any], plan: Plan, gloo_clone: bool = False) -> dict[str, Any]:
+def _fake_run(
+    entry: dict[str, Any], plan: Plan, gloo_clone: bool = False, layout: str = "manual"
+) -> dict[str, Any]:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.world)
     try:
         with _gloo_input_clone() if gloo_clone else contextlib.nullcontext():
-            return measure(entry, plan, fake=True)
+            return measure(entry, plan, fake=True, layout=layout)
     finally:
         dist.destroy_process_group()
 
@@ -295,19 +442,24 @@ def _gloo_input_clone() -> Any:
 
 
 def _real_rank(
-    rank: int, world: int, entry: dict[str, Any], plan_d: dict[str, Any], path: str
+    rank: int,
+    world: int,
+    entry: dict[str, Any],
+    plan_d: dict[str, Any],
+    path: str,
+    layout: str = "manual",
 ) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{path}.store", rank=rank, world_size=world)
     try:
-        result = measure(entry, Plan(**plan_d), fake=False, rank=rank)
+        result = measure(entry, Plan(**plan_d), fake=False, rank=rank, layout=layout)
     except Exception as e:  # recorded, not hidden
         result = {"error": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()[-1500:]}
     Path(f"{path}.{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 
 
-def real_run(entry: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
+def real_run(entry: dict[str, Any], plan: Plan, layout: str = "manual") -> list[dict[str, Any]]:
     """``plan.world`` gloo processes on this CPU, each tracking its own peak."""
     import torch.multiprocessing as mp
 
@@ -315,7 +467,7 @@ def real_run(entry: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
         path = f"{tmp}/run"
         mp.spawn(
             _real_rank,
-            args=(plan.world, entry, plan.to_dict(), path),
+            args=(plan.world, entry, plan.to_dict(), path, layout),
             nprocs=plan.world,
             join=True,
         )
@@ -323,19 +475,26 @@ def real_run(entry: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
 
 
 def record(
-    entry: dict[str, Any], plan: Plan, measured: dict[str, Any], seconds: float
+    entry: dict[str, Any],
+    plan: Plan,
+    measured: dict[str, Any],
+    seconds: float,
+    layout: str = "manual",
 ) -> dict[str, Any]:
     mixed = f"/{plan.precision}-reduce-{plan.reduce_dtype}" if mixed_full(plan) else ""
     key = (
         f"{plan.method}{mixed}/fsdp{plan.fsdp_version}-{plan.fsdp}/w{plan.world}/"
         f"s{plan.seq_len}/b{plan.batch}/{'gc' if plan.grad_ckpt else 'nogc'}"
     )
+    if layout == "accelerate":  # ids of the hand-made layout's records stay as they were
+        key += "/accelerate-layout"
     return {
         "id": f"{entry['name']}/{key}/{measured.get('execution', '')}",
         "model": harness.model_record(entry),
         "plan": plan.to_dict(),
         "measured": measured,
         "seconds": round(seconds, 3),
+        **({"layout": layout} if layout != "manual" else {}),
     }
 
 
@@ -471,17 +630,89 @@ def fsdp1_mp_grid(
     return cases
 
 
-def write(path: Path | None, records: list[dict[str, Any]]) -> None:
-    """The whole file, rewritten after each record (a long run keeps what it measured)."""
+def untied(entry: dict[str, Any]) -> dict[str, Any]:
+    """The same architecture with an lm_head of its own (tie_word_embeddings=False)."""
+    return {**entry, "name": f"{entry['name']}-untied", "tie_word_embeddings": False}
+
+
+UNTIED_WORLDS = (2, 4, 8)
+
+
+def untied_grid(
+    models: dict[str, dict[str, Any]], quick: bool
+) -> list[tuple[dict[str, Any], Plan]]:
+    """Untied embeddings, where accelerate >= 1.14's fsdp2_prepare_model makes the input
+    embedding a unit of its own and [final norm, lm_head] a tail unit (--accelerate-layout):
+    SmolLM2-135M with tie_word_embeddings=False, and Llama-3.1-8B cut to 4 layers (its real
+    4096 x 128256 embedding and lm_head, untied). Full fine-tuning, FSDP2 full-shard and
+    shard-grad-op, pure bf16 and bf16-mixed (fp32 master, bf16 units, reduce in bf16 as
+    accelerate sets it), checkpointing on and off, 2, 4 and 8 ranks, 256 tokens x 2; one
+    2048 x 2 case per model (8 ranks, full-shard, bf16-mixed, checkpointing); the whole
+    Llama-3.1-8B at 8 ranks (256 and 2048 x 2); the two tied models as controls."""
+    cases = []
+    entries = [untied(models["SmolLM2-135M"]), small(models["Llama-3.1-8B"], 4)]
+    worlds = (8,) if quick else UNTIED_WORLDS
+    for entry in entries:
+        for world in worlds:
+            for fsdp in ("full-shard", "shard-grad-op"):
+                for precision in ("bf16", "bf16-mixed"):
+                    for gc_on in (True, False):
+                        reduce = "16-bit" if precision == "bf16-mixed" else "auto"
+                        plan = sharded_plan(
+                            entry["name"],
+                            "full",
+                            world,
+                            fsdp,
+                            2,
+                            gc_on,
+                            precision,
+                            reduce,
+                            256,
+                            2,
+                        )
+                        cases.append((entry, plan))
+        plan = sharded_plan(
+            entry["name"], "full", 8, "full-shard", 2, True, "bf16-mixed", "16-bit", 2048, 2
+        )
+        cases.append((entry, plan))
+    # the whole Llama-3.1-8B (32 layers) at 8 ranks: the plan the layout change was noticed on
+    for seq in (256, 2048):
+        plan = sharded_plan(
+            "Llama-3.1-8B", "full", 8, "full-shard", 2, True, "bf16-mixed", "16-bit", seq, 2
+        )
+        cases.append((models["Llama-3.1-8B"], plan))
+    # tied controls (accelerate's tail is then [norm, embed_tokens, lm_head], not resharded)
+    for name in MODELS:
+        for fsdp in ("full-shard", "shard-grad-op"):
+            plan = sharded_plan(name, "full", 8, fsdp, 2, True, "bf16-mixed", "16-bit", 256, 2)
+            cases.append((models[name], plan))
+    return cases
+
+
+def write(path: Path | None, records: list[dict[str, Any]], earlier: str = "") -> None:
+    """The whole file, rewritten after each record (a long run keeps what it measured).
+    ``earlier``: the command(s) of the records kept by --append."""
     if path is None:
         return
+    command = f"{os.path.relpath(sys.executable)} bench/measure/sharded.py " + " ".join(
+        sys.argv[1:]
+    )
+    notes = (
+        "FSDP per rank on a CPU: fake process group + FakeTensorMode, one process "
+        "standing for any rank; validated against real gloo runs (records with real_ranks)"
+    )
+    if MOMENTS:
+        notes += (
+            "; untied embeddings: records with /accelerate-layout in their id are wrapped by "
+            "the installed accelerate's fsdp2_prepare_model (embedding unit, [norm, lm_head] "
+            "tail unit not resharded after forward, empty root), the others by layers + root "
+            "as sharded.py always did; measured.moments = peak between FSDP2 events"
+        )
     data = {
         "machine": {**harness.machine("cpu"), "torch_threads": 1},
         "versions": harness.versions(),
-        "command": f"{os.path.relpath(sys.executable)} bench/measure/sharded.py "
-        + " ".join(sys.argv[1:]),
-        "notes": "FSDP per rank on a CPU: fake process group + FakeTensorMode, one process "
-        "standing for any rank; validated against real gloo runs (records with real_ranks)",
+        "command": f"{earlier} && {command}" if earlier else command,
+        "notes": notes,
         "records": records,
     }
     path.write_text(json.dumps(data, indent=1) + "\n")
@@ -495,24 +726,49 @@ def main() -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--mp", action="store_true", help="the mixed-precision grid (issue 18)")
     ap.add_argument("--fsdp1-mp", action="store_true", help="FSDP1 MixedPrecision (issue 18)")
+    ap.add_argument(
+        "--untied", action="store_true", help="untied-embedding models (accelerate's layout)"
+    )
+    ap.add_argument(
+        "--accelerate-layout",
+        action="store_true",
+        help="wrap with the installed accelerate's fsdp2_prepare_model (>= 1.14: embedding "
+        "and [norm, lm_head] units of their own when untied) instead of layers + root",
+    )
+    ap.add_argument("--append", action="store_true", help="keep the records already in --out")
     args = ap.parse_args()
+    global MOMENTS
+    MOMENTS = args.untied
+    layout = "accelerate" if args.accelerate_layout else "manual"
     torch.set_num_threads(1)
     models = harness.load_models()
     records = validate(models, args.mp, args.fsdp1_mp) if args.validate else []
-    cases = fsdp1_mp_grid if args.fsdp1_mp else mp_grid if args.mp else grid
-    write(args.out, records)
+    earlier = ""
+    if args.append and args.out and args.out.exists():
+        kept = json.loads(args.out.read_text())
+        records, earlier = kept["records"] + records, kept.get("command", "")
+    cases = (
+        untied_grid
+        if args.untied
+        else fsdp1_mp_grid
+        if args.fsdp1_mp
+        else mp_grid
+        if args.mp
+        else grid
+    )
+    write(args.out, records, earlier)
     if not args.validate or args.out:
         for entry, plan in cases(models, args.quick):
-            if args.only and args.only not in record(entry, plan, {}, 0)["id"]:
+            if args.only and args.only not in record(entry, plan, {}, 0, layout)["id"]:
                 continue
             t0 = time.perf_counter()
             try:
-                measured = _fake_run(entry, plan)
+                measured = _fake_run(entry, plan, layout=layout)
             except Exception as e:
                 measured = {"error": f"{type(e).__name__}: {e}"[:1500], "execution": "fake"}
-            rec = record(entry, plan, measured, time.perf_counter() - t0)
+            rec = record(entry, plan, measured, time.perf_counter() - t0, layout)
             records.append(rec)
-            write(args.out, records)
+            write(args.out, records, earlier)
             print(
                 rec["id"], measured.get("peak_allocated_bytes", measured.get("error")), flush=True
             )
