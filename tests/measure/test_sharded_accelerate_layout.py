@@ -19,24 +19,11 @@ pytest.importorskip("accelerate")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "measure"))
 import accelerate
 import sharded
+from tiny_llama import TINY as TINY_LLAMA
 
 pytestmark = pytest.mark.torch
 
-# a small Llama: 2 layers, hidden 128, vocab 4096, so the step takes seconds
-TINY = {
-    "name": "tiny-llama",
-    "architecture": "llama",
-    "model_type": "llama",
-    "hidden_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 32,
-    "intermediate_size": 256,
-    "vocab_size": 4096,
-    "tie_word_embeddings": False,
-    "max_position_embeddings": 512,
-}
+TINY = {**TINY_LLAMA, "tie_word_embeddings": False}
 EMBED = 4096 * 128
 
 
