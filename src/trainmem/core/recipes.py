@@ -126,12 +126,15 @@ FSDP1_ACCELERATE = Recipe(
 # bf16 gradients in buckets (communication_data_type: bf16 when bf16 is enabled) and makes
 # the fp32 gradient partition at step(); the Trainer does not autocast under DeepSpeed
 # (accelerate accelerator.py: native_amp is off for DistributedType.DEEPSPEED).
-# ZeRO 0 with bf16 is BF16_Optimizer (runtime/bf16_optimizer.py _setup_for_real_optimizer),
-# whose fp32 gradient accumulator is full-size, not partitioned.
+# ZeRO 0 with bf16 is not ZeRO (zero_enabled is stage > 0): DeepSpeed 0.19.8 engine.py
+# _do_optimizer_sanity_check gives DDP_BFLOAT16, the fp16 optimizer wrapper run in bf16
+# (_configure_fp16_optimizer, runtime/fp16/fused_optimizer.py), with a full-size fp32 master
+# and fp32 gradients at step, not partitioned. BF16_Optimizer is stage 1 with
+# data_types.grad_accum_dtype fp32 only.
 ZERO_BF16 = Recipe(
     "zero-bf16",
     "DeepSpeed bf16: bf16 parameters, fp32 master partition",
-    "DeepSpeed 0acdb02 runtime/zero/stage_1_and_2.py, stage3.py, runtime/bf16_optimizer.py",
+    "DeepSpeed 0acdb02 runtime/zero/stage_1_and_2.py, stage3.py; 0.19.8 engine.py",
     params=2,
     master=4,
     gathered=2,
