@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_sharding import LAYER, LAYERS, ROOT, SPEC, H, P, V  # the same tiny Llama
+from test_sharding import LAYERS, SPEC, H, P, V  # the same tiny Llama
 
 from trainmem.core.estimator import estimate, step_sizes
 from trainmem.core.plan import Plan
@@ -152,14 +152,17 @@ def test_fsdp2_mixed_gathers_bf16_units_and_reduces_in_the_reduce_dtype(reduce, 
     p = plan(reduce_dtype=reduce)
     est = estimate(p, SPEC)
     shard = states(p).weights
-    # the root stays gathered from forward on; backward prefetches the next layer: in bf16
-    assert est.breakdown["forward"]["weights"] - shard == 2 * ROOT
-    assert est.breakdown["loss backward"]["weights"] - shard == 2 * (ROOT + LAYER)
+    # accelerate's [norm, lm_head] unit stays gathered from forward on, its all-gather output
+    # too until the root's post-forward; the loss's backward runs before any prefetch: bf16
+    tail = 2 * (V * H + H)
+    assert est.breakdown["forward"]["weights"] - shard == 2 * tail
+    assert est.breakdown["loss backward"]["weights"] - shard == tail
     step = step_sizes(p, SPEC)
     assert step.gathered.layer_grad_inflight == 2 * LAYER_TRAINABLE  # autograd's bf16 grad
     assert step.gathered.reduce_buffer == size * LAYER_TRAINABLE  # foreach_reduce's input
-    assert step.root_reduce == size * 2 * V * H
-    assert step.grad_head == 2 * V * H  # the root's unsharded bf16 gradient
+    assert step.tail_reduce == size * V * H  # lm_head's, right after the tail's backward
+    assert step.root_reduce == size * V * H  # the embedding's, at the end
+    assert step.grad_head == -(-4 * V * H // p.world)  # then lm_head's fp32 shard
 
 
 @pytest.mark.parametrize(("reduce", "copy"), [("fp32", 4), ("16-bit", 0)])
@@ -211,9 +214,9 @@ def test_70b_fsdp2_mixed_on_32_gpus_is_planned_as_its_recipe_implies():
     sharded = s.weights + s.gradients + s.optimizer
     assert sharded == pytest.approx(16 * spec.params / 32, rel=0.001)
     assert 35e9 < sharded < 35.5e9
-    # plus the gathered bf16 root (untied embeddings and lm_head) and the prefetched layers
-    root = 2 * spec.vocab * spec.hidden + spec.hidden
-    assert est.breakdown["forward"]["weights"] - s.weights == 2 * root
+    # plus accelerate's gathered bf16 [norm, lm_head] unit and its all-gather output
+    tail = spec.vocab * spec.hidden + spec.hidden
+    assert est.breakdown["forward"]["weights"] - s.weights == 2 * 2 * tail
     # temporaries are the reduce-scatter inputs of a unit and the root, not 139 GB
     assert est.component("temporaries") < 8e9
     assert est.device_bytes < 80e9  # it fits an 80 GB GPU

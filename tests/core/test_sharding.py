@@ -130,7 +130,8 @@ def test_ddp_keeps_everything_and_a_bucket_copy_of_the_gradients():
 
 
 def test_fsdp_gathers_root_and_two_layer_units_in_backward():
-    p = plan(method="full", strategy="fsdp", gpus=4)
+    # axolotl's own FSDP2 preparation keeps the root whole (accelerate >= 1.14 carves it)
+    p = plan(method="full", strategy="fsdp", gpus=4, stack="axolotl")
     est = estimate(p, SPEC)
     shard = model_states(SPEC, p, dtypes(p)).weights
     w = {m: parts["weights"] for m, parts in est.breakdown.items()}
@@ -143,7 +144,7 @@ def test_fsdp_gathers_root_and_two_layer_units_in_backward():
 
 
 def test_fsdp_unit_gradient_is_whole_until_reduce_scattered():
-    p = plan(method="full", strategy="fsdp", gpus=4)
+    p = plan(method="full", strategy="fsdp", gpus=4, stack="axolotl")
     est = estimate(p, SPEC)
     g = est.breakdown["backward (first layer)"]
     # (the final norm's few elements are counted with the layers here)
@@ -590,12 +591,34 @@ def test_fsdp2_leaves_uint8_4bit_weights_whole_where_the_stack_keeps_bnbs_defaul
 
     four_bit = quantized_weight_bytes(SPEC, plan(method="qlora"))
     held, gathered = {}, {}
-    for stack in ("trainer", "axolotl"):
+    for stack in ("trainer", "llama-factory"):
         p = plan(method="qlora", strategy="fsdp", gpus=4, stack=stack)
         held[stack] = model_states(SPEC, p, dtypes(p)).weights
         gathered[stack] = estimate(p, SPEC).breakdown["backward (first layer)"]["weights"]
         gathered[stack] -= held[stack]
-    assert held["trainer"] - held["axolotl"] == four_bit - four_bit // 4
-    assert gathered["axolotl"] - gathered["trainer"] == four_bit // LAYERS  # one layer's
+    assert held["trainer"] - held["llama-factory"] == four_bit - four_bit // 4
+    assert gathered["llama-factory"] - gathered["trainer"] == four_bit // LAYERS  # one layer's
     fsdp1 = plan(method="qlora", strategy="fsdp", gpus=4, fsdp_version=1)
-    assert model_states(SPEC, fsdp1, dtypes(fsdp1)).weights == held["axolotl"]
+    assert model_states(SPEC, fsdp1, dtypes(fsdp1)).weights == held["llama-factory"]
+
+
+def test_accelerate_carves_an_untied_models_root():
+    """accelerate >= 1.14: an embedding unit (resharded after forward) and a [norm, lm_head]
+    unit never resharded, whose all-gather output is held until the root's post-forward;
+    lm_head's gradient reduce-scattered as soon as the tail's backward ends. Measured:
+    bench/results/measure-cpu-sharded-accelerate.json."""
+    p = plan(method="full", strategy="fsdp", gpus=4)  # the Trainer: accelerate's preparation
+    est = estimate(p, SPEC)
+    shard = model_states(SPEC, p, dtypes(p)).weights
+    w = {m: parts["weights"] - shard for m, parts in est.breakdown.items()}
+    embed, tail = 2 * V * H, 2 * (V * H + H)  # bf16: the embedding; lm_head and the norm
+    assert (w["forward"], w["loss backward"]) == (2 * tail, tail)
+    assert w["backward (last layer)"] == 2 * 2 * LAYER  # the tail resharded, one prefetched
+    assert w["backward (first layer)"] == 2 * LAYER + embed  # layer 0 prefetches the embedding
+    head_shard = 2 * V * H // 4
+    g = est.breakdown["backward (first layer)"]["gradients"]
+    layer = (P - 2 * V * H) // LAYERS
+    sharded_layers = (LAYERS - 1) * ((2 * P // 4 - 2 * 2 * V * H // 4) // LAYERS)
+    assert g == head_shard + sharded_layers + 2 * layer  # lm_head's: a shard already
+    axolotl = estimate(replace(p, stack="axolotl"), SPEC)  # its own preparation: no carving
+    assert axolotl.breakdown["forward"]["weights"] - shard == 2 * ROOT

@@ -26,6 +26,7 @@ from trainmem.core.step_events import split, step_events
 from trainmem.sources import catalog
 
 QWEN = "Qwen/Qwen2.5-0.5B"
+LLAMA = "meta-llama/Llama-3.1-8B"  # untied embeddings
 BASE = Plan(model=QWEN, method="lora", seq_len=1024, batch=2)
 CASES = {
     "lora": BASE,
@@ -35,6 +36,15 @@ CASES = {
     "qlora": replace(BASE, method="qlora"),
     "eager": replace(BASE, attn="eager", grad_ckpt=False),
     "fsdp": replace(BASE, method="full", gpus=4, strategy="fsdp"),
+    # untied: accelerate's carved units (trainmem.core.sharding.accelerate_carves)
+    "fsdp untied": replace(BASE, model=LLAMA, method="full", gpus=4, strategy="fsdp"),
+    "fsdp untied shard-grad-op": replace(
+        BASE, model=LLAMA, method="full", gpus=4, strategy="fsdp", fsdp="shard-grad-op"
+    ),
+    "fsdp untied lora": replace(BASE, model=LLAMA, gpus=4, strategy="fsdp"),
+    "fsdp untied loop": replace(
+        BASE, model=LLAMA, method="full", gpus=4, strategy="fsdp", stack="loop"
+    ),
     "zero-3": replace(BASE, method="full", gpus=4, strategy="zero", zero=3),
     "ddp": replace(BASE, method="full", gpus=2),
     "loop": replace(BASE, stack="loop", grad_ckpt=False),

@@ -33,6 +33,7 @@ from trainmem.core.runtime import (
 from trainmem.core.sharding import (
     SINGLE,
     Layout,
+    accelerate_carves,
     ddp_buckets,
     divided,
     gathered,
@@ -253,6 +254,21 @@ def step_sizes(
         root_bytes if method.quantized_base else None,
     )
     buckets = ddp_buckets(plan, states.gradients)
+    carved = accelerate_carves(plan, spec)
+    tail_reduce = root_shard = 0
+    embedding_grads = layers * grad_layer + head_full + embed_full
+    root_reduce_fsdp = root_elements * (precision.reduce if method.trains_base else root_e)
+    if carved and (head_full or embed_full):
+        # lm_head's gradient is reduce-scattered as soon as the tail's backward ends: its
+        # shard stays, its reduce-scatter input until the last layer's; the embedding's own
+        # reduce-scatter comes at the end, from its whole gradient (head_full, embed_full:
+        # as autograd makes them)
+        head_elements, embed_elements = head_full // root_e, embed_full // root_e
+        grad_head = divided(head_elements * stored_e, lay.shard)
+        tail_reduce = head_elements * (precision.reduce if method.trains_base else root_e)
+        embedding_grads = layers * grad_layer + grad_head + embed_full
+        root_reduce_fsdp = embed_elements * (precision.reduce if method.trains_base else root_e)
+        root_shard = divided(embed_elements * stored_e, lay.shard)
     tied_sum = 2 * grad_head if method.trains_base and spec.tied_embeddings else 0
     if tied_sum and lay.strategy == "zero" and lay.gradients:
         # ZeRO 2-3 sum the tied weight's two whole gradients (autograd, before DeepSpeed's
@@ -316,14 +332,11 @@ def step_sizes(
         buckets=buckets,
         backward_buckets=backward_buckets,
         grad_inflight=gather.layer_grad_inflight if lay.weights else -1,
-        embedding_grads=(
-            layers * grad_layer + head_full + embed_full if lay.strategy == "fsdp" else -1
-        ),
-        root_reduce=(
-            root_elements * (precision.reduce if method.trains_base else root_e)
-            if lay.strategy == "fsdp"
-            else root_reduce
-        ),
+        embedding_grads=embedding_grads if lay.strategy == "fsdp" else -1,
+        root_reduce=root_reduce_fsdp if lay.strategy == "fsdp" else root_reduce,
+        tail_reduce=tail_reduce,
+        root_shard=root_shard,
+        carved=carved,
         ckpt_buffer=offload.gpu_buffer,
         ckpt_last=offload.last_input,
         ckpt_first=offload.first_input,
@@ -376,7 +389,7 @@ def backward_last_layer(s: Step) -> dict[str, int]:
     activations = s.layers * s.kept_per_layer + s.recompute + s.ckpt_last + _cache_held(s, 0)
     activations += s.ckpt_first
     grads = s.grad_head + _inflight(s) + s.buckets + s.backward_buckets
-    temps = s.layer_transient + s.dequant
+    temps = s.layer_transient + s.dequant + s.tail_reduce
     return s.alive(activations, s.kept_output, grads, temps, s.gathered.backward_last)
 
 
@@ -405,7 +418,12 @@ def backward_embedding(s: Step) -> dict[str, int]:
     # FSDP then copies the root's gradients into its reduce-scatter input (foreach_reduce),
     # once the previous unit's is freed (torch 2.13 _fsdp_param_group.py post_backward keeps
     # reduce_scatter_max_input_buffers = 1); the embedding's backward runs beside that one
-    temps = max(s.tied_sum + s.gathered.reduce_buffer, s.root_reduce)
+    during = s.tied_sum + s.gathered.reduce_buffer
+    if s.carved:  # the embedding unit reshards, then reduce-scatters into a new shard
+        computing = s.alive(held, s.kept_output, grads, during, s.gathered.embedding)
+        reducing = s.alive(held, s.kept_output, grads + s.root_shard, s.root_reduce, 0)
+        return max(computing, reducing, key=lambda parts: sum(parts.values()))
+    temps = max(during, s.root_reduce)
     return s.alive(held, s.kept_output, grads, temps, s.gathered.embedding)
 
 

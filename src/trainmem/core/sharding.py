@@ -6,8 +6,10 @@ the ZeRO parts checked against 0.19.8 runs, bench/measure/deepspeed_zero.py),
 transformers 5.24 (integrations/deepspeed.py), accelerate 1.15.0.
 
 The FSDP units are what accelerate's and the Trainer's transformer auto-wrap policy makes:
-one unit per decoder layer, and the root (embeddings, final norm, lm_head). Sharding never
-divides activations or logits: every GPU runs its own micro-batch.
+one unit per decoder layer, and the root (embeddings, final norm, lm_head); accelerate >= 1.14
+carves an untied model's root into an embedding unit and a [final norm, lm_head] unit
+(accelerate_carves). Sharding never divides activations or logits: every GPU runs its own
+micro-batch.
 """
 
 from __future__ import annotations
@@ -265,6 +267,22 @@ def gathered(
     return zero3_gathered(plan, spec, u, per_elem, dt.grad_compute)
 
 
+def accelerate_carves(plan: Plan, spec: ModelSpec) -> bool:
+    """accelerate >= 1.14's fsdp2_prepare_model (1.16 utils/fsdp_utils.py) makes an untied
+    model's input embedding a unit of its own (resharded after forward as the layers are) and
+    [final norm, lm_head] a unit never resharded after forward, leaving the root empty; tied
+    embeddings go with the norm into one such unit, which is the root as before. The Trainer,
+    TRL and LLaMA-Factory use it (Stack.fsdp2_recipe); axolotl's own and a loop's fully_shard
+    do not carve. Measured: bench/results/measure-cpu-sharded-accelerate.json."""
+    return (
+        plan.strategy == "fsdp"
+        and plan.fsdp != "no-shard"
+        and plan.fsdp_version == 2
+        and plan.tooling.fsdp2_recipe == "fsdp2-accelerate"
+        and not spec.tied_embeddings
+    )
+
+
 def fsdp_gathered(
     plan: Plan, spec: ModelSpec, unit: int, root: int, grad_unit: int, reduce_unit: int
 ) -> Gathered:
@@ -279,6 +297,9 @@ def fsdp_gathered(
     the next reduce-scatter (comm_ctx.reduce_scatter_state)."""
     layers = spec.layers
     lay = layout(plan)
+    if accelerate_carves(plan, spec):
+        embed = root * spec.vocab * spec.hidden // max(1, units(spec, plan).root)
+        return _carved(lay, layers, unit, root - embed, embed, grad_unit, reduce_unit)
     if lay.reshard_after_forward:
         # the root's pre-backward prefetches the last layer before the loss's backward runs
         forward, loss, last = root, root + unit, root + 2 * unit
@@ -295,6 +316,30 @@ def fsdp_gathered(
         layer_grad_inflight=grad_unit,
         reduce_buffer=reduce_unit,
         step=0,  # the root reshards at the end of backward
+    )
+
+
+def _carved(
+    lay: Layout, layers: int, unit: int, tail: int, embed: int, grad_unit: int, reduce_unit: int
+) -> Gathered:
+    """accelerate's carved units (accelerate_carves), from the measured per-moment figures
+    (bench/accuracy/accelerate_layout.py): at the end of forward the tail is gathered twice,
+    its all-gather output held until the root's post-forward (torch 2.13 _fsdp_state.py
+    _post_forward); the loss's backward runs before the tail's pre-backward prefetches the
+    last layer; the tail reshards after its backward (right after the final norm's); layer 0
+    prefetches the embedding, whose all-gather output it holds until the embedding's
+    pre-backward. Shard-grad-op keeps the embedding and the layers gathered until their
+    backward."""
+    kept = embed + layers * unit if not lay.reshard_after_forward else 0
+    return Gathered(
+        forward=kept + 2 * tail,
+        loss_backward=kept + tail,
+        backward_last=kept if kept else 2 * unit,
+        backward_first=unit + embed,
+        embedding=embed,
+        layer_grad_inflight=grad_unit,
+        reduce_buffer=reduce_unit,
+        step=0,
     )
 
 

@@ -44,6 +44,12 @@ class Step:
     # at the embedding's backward: FSDP's root reduce-scatter input (in the reduce dtype);
     # ZeRO 1-2 offload's clone of the largest gradient and its fp64 norm (sharding.py)
     root_reduce: int = 0
+    # accelerate's carved FSDP2 units (trainmem.core.sharding.accelerate_carves): lm_head's
+    # reduce-scatter input, held through the last layer's backward; the embedding's new
+    # gradient shard, made once the embedding unit is resharded (its gathered weights gone)
+    tail_reduce: int = 0
+    root_shard: int = 0
+    carved: bool = False
     # Checkpoint offload (trainmem.core.offload): Unsloth's GPU reload buffer, alive at every
     # moment, and its last layer's input, kept until that layer's backward; under any offload
     # a frozen embedding's output, kept until the loss is freed (its gradient beside it at the

@@ -226,6 +226,7 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
         b.frees("loss grad", 3)
         b.free("early head grad")  # a fused loss's head gradient: now the head's own
         b.alloc("grad head", s.grad_head)
+        b.alloc("tail reduce", s.tail_reduce)  # accelerate's tail reduce-scatters it at once
         b.alloc("backward buckets", s.backward_buckets)  # the first gradient's hook makes them
         b.free("logits grad")
         b.free("head saved")
@@ -256,6 +257,7 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
             b.frees(("kept", j), len(kept))
             b.free("last input")
             b.free("inflight")
+            b.free("tail reduce")  # popped by the last layer's reduce-scatter
             b.allocs(("grad", j), grad_layer)
             if s.cache and s.cache_is_saved:  # the cache holds the k/v the layer saved
                 b.alloc(("loop cache", j), s.cache // layers)
@@ -271,10 +273,16 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
         during = len(b.events) - 1
         b.free("embed temp")
         b.free("reduce buffer")  # freed before the root's own input is made
+        computing = s.tied_sum + s.gathered.reduce_buffer
+        if s.carved:  # the embedding unit reshards first, then reduces into a new shard
+            b.swap("gathered", 0)
+            b.alloc("root shard", s.root_shard)
+            computing += s.gathered.embedding
         b.alloc("root reduce", s.root_reduce)
-        reducing = s.root_reduce > s.tied_sum + s.gathered.reduce_buffer
+        reducing = s.root_reduce + s.root_shard > computing
         at["backward (embedding)"] = len(b.events) - 1 if reducing else during
         b.free("root reduce")
+        b.free("root shard")  # counted with the step's gradients from here
         b.free("first input")  # the loss is freed after backward, and the graph with it
         b.free("first input grad")
         b.free("backward buckets")  # ZeRO's backward epilogue releases them
