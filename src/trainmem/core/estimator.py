@@ -688,6 +688,12 @@ def _sharding_notes(spec: ModelSpec, plan: Plan, lay: Layout) -> list[str]:
         notes.append(f"precision recipe: {found.label} ({found.source})")
     if lay.strategy == "fsdp" and plan.fsdp_version == 1:
         notes.append("FSDP1 is counted per unit like FSDP2, with flat-parameter padding")
+    if accelerate_carves(plan, spec):
+        notes.append(
+            "FSDP2 units as accelerate >= 1.14 makes them for untied embeddings (the embedding "
+            "and [norm, lm_head] each a unit); an older accelerate keeps one root unit, which "
+            "needs more (measured up to 9.6% on Llama-3.1-8B: docs/accuracy.md)"
+        )
     whole = unsharded_4bit_bytes(spec, plan)
     if whole:
         notes.append(
