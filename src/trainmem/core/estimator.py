@@ -257,7 +257,8 @@ def step_sizes(
     carved = accelerate_carves(plan, spec)
     tail_reduce = root_shard = 0
     embedding_grads = layers * grad_layer + head_full + embed_full
-    root_reduce_fsdp = root_elements * (precision.reduce if method.trains_base else root_e)
+    reduce_e = precision.reduce if method.trains_base else root_e  # a root gradient reduced
+    root_reduce_fsdp = root_elements * reduce_e
     if carved and (head_full or embed_full):
         # lm_head's gradient is reduce-scattered as soon as the tail's backward ends: its
         # shard stays, its reduce-scatter input until the last layer's; the embedding's own
@@ -265,9 +266,9 @@ def step_sizes(
         # as autograd makes them)
         head_elements, embed_elements = head_full // root_e, embed_full // root_e
         grad_head = divided(head_elements * stored_e, lay.shard)
-        tail_reduce = head_elements * (precision.reduce if method.trains_base else root_e)
+        tail_reduce = head_elements * reduce_e
         embedding_grads = layers * grad_layer + grad_head + embed_full
-        root_reduce_fsdp = embed_elements * (precision.reduce if method.trains_base else root_e)
+        root_reduce_fsdp = embed_elements * reduce_e
         root_shard = divided(embed_elements * stored_e, lay.shard)
     tied_sum = 2 * grad_head if method.trains_base and spec.tied_embeddings else 0
     if tied_sum and lay.strategy == "zero" and lay.gradients:
