@@ -81,12 +81,11 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
 
 
 def _parallelism(r: Reading, processes: int | None) -> None:
-    for name, why in _PARALLEL.items():
-        key = f"parallelism_config.parallelism_config_{name}_size"
-        size = r.doc.integer(key)
-        if size is None or size <= 1 or (name == "dp_shard" and size == processes):
-            continue  # a shard group of every process is what the plan shards over
-        r.unmodelled_key(key, why.format(n=size))
+    keys = {f"parallelism_config.parallelism_config_{n}_size": why for n, why in _PARALLEL.items()}
+    shard = "parallelism_config.parallelism_config_dp_shard_size"
+    if r.doc.integer(shard) == processes:  # a shard group of every process: what is planned
+        del keys[shard]
+    r.unmodelled_sizes(keys)
 
 
 def _fsdp(r: Reading) -> None:

@@ -84,11 +84,13 @@ _UNMODELLED = {
 # Parallel sizes, 1 (or absent) being off: a size above 1 splits work the plan keeps whole
 # (schemas/config.py:1097-1129; integrations/expert_parallel/args.py:23).
 _SIZES = {
-    "context_parallel_size": "context parallelism: each GPU holds part of the sequence",
-    "sequence_parallel_degree": "context parallelism: each GPU holds part of the sequence",
-    "tensor_parallel_size": "tensor parallelism",
-    "expert_parallel_size": "expert parallelism: each GPU holds part of the experts",
-    "dp_replicate_size": "replicas of the FSDP shard group (HSDP)",
+    "context_parallel_size": "context parallelism: each GPU holds part of the sequence; "
+    "planned whole",
+    "sequence_parallel_degree": "context parallelism: each GPU holds part of the sequence; "
+    "planned whole",
+    "tensor_parallel_size": "tensor parallelism; planned whole",
+    "expert_parallel_size": "expert parallelism: each GPU holds part of the experts; planned whole",
+    "dp_replicate_size": "replicas of the FSDP shard group (HSDP); planned whole",
 }
 _KNOWN = (
     *MARKERS,
@@ -151,10 +153,7 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
     _loss(r)
     _fsdp(r)
     r.unmodelled_present(_UNMODELLED)
-    for key, why in _SIZES.items():
-        size = doc.integer(key)
-        if size is not None and size > 1:
-            r.unmodelled_key(key, f"{why}; planned whole")
+    r.unmodelled_sizes(_SIZES)
     _deepspeed(r, read_file)
     r.typos(_KNOWN, framework_fields.AXOLOTL)
     return r.result()

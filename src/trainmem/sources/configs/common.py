@@ -236,6 +236,14 @@ class Reading:
             if value not in (None, False, "", [], {}, "false", "False", 0):
                 self.unmodelled_key(key, why)
 
+    def unmodelled_sizes(self, sizes: Mapping[str, str]) -> None:
+        """Each of ``sizes`` (a parallel degree: absent or 1 is off) set above 1, its reason
+        with ``{n}`` the size."""
+        for key, why in sizes.items():
+            size = self.doc.integer(key)
+            if size is not None and size > 1:
+                self.unmodelled_key(key, why.format(n=size))
+
     def typos(self, known: Iterable[str], fields: Collection[str] = ()) -> None:
         """Top-level keys that are not known but look like a known one: a note each, so a
         misspelt micro_batch_size is not silently planned at its default. ``fields`` are the

@@ -192,16 +192,11 @@ def _kernels(r: Reading) -> None:
 
 def _sizes(r: Reading) -> None:
     doc = r.doc
-    cp = doc.integer("cp_size")  # training_args.py:85-92; base_trainer.py:149-162
-    if cp is not None and cp > 1:
-        r.unmodelled_key("cp_size", f"context parallelism over {cp} GPUs; planned whole")
-    for key, why in (  # training_args.py:93-100: the FSDP2 device mesh
-        ("mp_shard_size", "the FSDP2 shard group's size; planned over every GPU"),
-        ("mp_replicate_size", "replicas of the FSDP2 shard group; planned as one"),
-    ):
-        size = doc.integer(key)
-        if size is not None and (size > 1 or key == "mp_shard_size"):
-            r.unmodelled_key(key, why)
+    # training_args.py:85-92 (base_trainer.py:149-162); :93-100, the FSDP2 device mesh
+    r.unmodelled_sizes({"cp_size": "context parallelism over {n} GPUs; planned whole"})
+    if doc.integer("mp_shard_size") is not None:
+        r.unmodelled_key("mp_shard_size", "the FSDP2 shard group's size; planned over every GPU")
+    r.unmodelled_sizes({"mp_replicate_size": "replicas of the FSDP2 shard group; planned as one"})
     strategy = (doc.text("batching_strategy") or "normal").lower()  # training_args.py:65-68
     if strategy != "normal":
         r.unmodelled_key(
