@@ -567,15 +567,10 @@ def _nccl_bytes(plan: Plan, lay: Layout, figures: RuntimeFigures) -> int:
     )
 
 
-def nccl_bytes(est: Estimate, figures: RuntimeFigures | None = None) -> int:
-    """NCCL's buffers on one process of ``est`` (0 on one GPU), on a GPU of ``figures``."""
-    return _nccl_bytes(est.plan, est.layout, figures or est.runtime_figures)
-
-
 def outside_allocator(est: Estimate, figures: RuntimeFigures | None = None) -> int:
     """What a GPU holds beside PyTorch's allocator for ``est``: the CUDA context and NCCL."""
     figures = figures or est.runtime_figures
-    return figures.context_bytes + nccl_bytes(est, figures)
+    return figures.context_bytes + _nccl_bytes(est.plan, est.layout, figures)
 
 
 def _simulated_reserve(peak: DevicePeak, allocated: int, figures: RuntimeFigures) -> int | None:

@@ -155,13 +155,11 @@ def _run_estimate(log: RunLog) -> Estimate | None:
 def _nccl_in_context(log: RunLog, run: Estimate | None, context: int) -> tuple[int | None, str]:
     """NCCL's buffers to take out of a measured ``context`` (see the module), or None and
     why they stay in it."""
-    from trainmem.core.estimator import nccl_bytes
-
     if log.world_size <= 1:
         return 0, ""
     if run is None:
         return None, f"its plan ({log.world_size} processes) could not be rebuilt"
-    nccl = nccl_bytes(run)
+    nccl = run.component("NCCL buffers")  # the run's estimate on its GPU counts them
     if context - nccl < BARE_CONTEXT_BYTES:
         return None, (
             f"the {nccl / 2**20:,.0f} MiB of NCCL buffers modelled for its plan would leave "
