@@ -305,12 +305,25 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
     return StepEvents(tuple(b.events), tuple(moments), loaded)
 
 
+# the sequence's gradient tensors (the step's "gradients" component)
+_GRADS = frozenset(
+    (
+        "grad",
+        "grad head",
+        "grad embed",
+        "grad root",
+        "early head grad",
+        "buckets",
+        "backward buckets",
+    )
+)
+
+
 def _is_grad(key: Hashable) -> bool:
     name = key[0] if isinstance(key, tuple) else key
     if isinstance(name, tuple):  # ((name, layer), index)
         name = name[0]
-    grads = ("grad", "grad head", "grad embed", "grad root", "early head grad", "buckets")
-    return name in grads or name == "backward buckets"
+    return name in _GRADS
 
 
 def _logit_tensors(total: int, unit: int) -> list[int]:
