@@ -18,26 +18,12 @@ pytest.importorskip("deepspeed")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "measure"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import deepspeed_zero
+from tiny_llama import TINY
 
 from trainmem.core.architecture import spec_from_config
 from trainmem.core.estimator import estimate
 
 pytestmark = pytest.mark.torch
-
-# a small Llama: 2 layers, hidden 128, vocab 4096 (tied), so the step takes seconds
-TINY = {
-    "name": "tiny-llama",
-    "architecture": "llama",
-    "hidden_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 32,
-    "intermediate_size": 256,
-    "vocab_size": 4096,
-    "tie_word_embeddings": True,
-    "max_position_embeddings": 512,
-}
 
 
 def test_real_two_process_zero2_step() -> None:
