@@ -208,6 +208,29 @@ def test_parameter_offload_alone_is_planned_as_no_offload(tmp_path):
     )
 
 
+@pytest.mark.parametrize("stage", [1, 2])
+def test_parameter_offload_below_stage_3_is_ignored_as_deepspeed_does(tmp_path, stage):
+    # only stage 3's optimizer reads zero_config.offload_param (engine.py
+    # _configure_zero_optimizer): a stage-2 file with both blocks is a valid DeepSpeed config
+    text = (
+        f'{{\n "zero_optimization": {{\n  "stage": {stage},\n'
+        '  "offload_optimizer": {"device": "cpu"},\n  "offload_param": {"device": "cpu"}\n }\n}'
+    )
+    plan = read(tmp_path, "z.json", text)
+    assert plan.values["offload"] == "optimizer"
+    assert plan.unmodelled == (
+        f"{tmp_path / 'z.json'}:5 zero_optimization.offload_param.device (read by ZeRO-3 only: "
+        f"DeepSpeed ignores it at stage {stage})",
+    )
+    accelerate = read(
+        tmp_path,
+        "acc.yaml",
+        f"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: {stage}\n"
+        "  offload_optimizer_device: cpu\n  offload_param_device: cpu\n",
+    )
+    assert accelerate.values["offload"] == "optimizer"
+
+
 @pytest.mark.parametrize(
     ("keys", "offload", "origin"),
     [

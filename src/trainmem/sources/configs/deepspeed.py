@@ -179,7 +179,13 @@ def set_offload(
     master, the optimizer states and the gradient partitions on the GPU (stage3.py:328
     self.device, :742-744, :1107-1120), which the plan's params moves to the CPU (it would
     err low); none counts the 16-bit parameter partition on the GPU too, a small
-    overestimate."""
+    overestimate. Below stage 3 offload_param is read by nothing (only stage3.py's optimizer
+    takes zero_config.offload_param, engine.py _configure_zero_optimizer), so it is named and
+    left out."""
+    stage = r.values.get("zero", 0)
+    if param != "none" and stage != 3:
+        r.unmodelled_key(param_key, f"read by ZeRO-3 only: DeepSpeed ignores it at stage {stage}")
+        param = "none"
     if param != "none" and optimizer != "none":
         r.set("offload", "params", param_key)
     elif optimizer != "none":
