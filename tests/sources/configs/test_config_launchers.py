@@ -47,6 +47,11 @@ def test_deepspeed_stage3_sizes(tmp_path):
     assert plan.values["persistence_threshold"] == -1
     with pytest.raises(PlanError, match="not a size"):
         read(tmp_path, "bad.json", '{"zero_optimization": {"reduce_bucket_size": "big"}}')
+    # zero/config.py:113 reduce_bucket_size gt=0; a prefetch bucket of 0 is allowed (ge=0)
+    with pytest.raises(PlanError, match="reduce_bucket_size: 0 is below 1"):
+        read(tmp_path, "zero.json", '{"zero_optimization": {"reduce_bucket_size": 0}}')
+    plan = read(tmp_path, "nopf.json", '{"zero_optimization": {"stage3_prefetch_bucket_size": 0}}')
+    assert plan.values["prefetch_bucket"] == 0
 
 
 def test_deepspeed_defaults_and_literal_batch(tmp_path):
@@ -193,8 +198,8 @@ def test_parameter_offload_alone_is_planned_as_no_offload(tmp_path):
     assert plan.origins["offload"] == f"{name}:4 zero_optimization.offload_param.device"
     assert plan.unmodelled == (
         f"{name}:4 zero_optimization.offload_param.device (parameters offloaded without the "
-        "optimizer: planned as no offload, their 16-bit partition counted on the GPU, where "
-        "the master, optimizer states and gradients stay)",
+        "optimizer: planned as no offload, their 16-bit partition counted on the GPU (over by "
+        "2 bytes a parameter / GPUs), where the master, optimizer states and gradients stay)",
     )
     accelerate = read(
         tmp_path,

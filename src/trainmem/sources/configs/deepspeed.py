@@ -23,6 +23,8 @@ _SIZES = {
     "max_live_parameters": "max_live_params",
 }
 _NO_AUTO = ("max_live_params",)  # the Trainer fills no "auto" for it
+# DeepSpeed 0.19.8 zero/config.py:113 reduce_bucket_size Field(gt=0); the others are ge=0
+_POSITIVE = ("reduce_bucket",)
 # Keys that size buffers or limits on the GPU and are not modelled.
 _UNMODELLED = (
     "allgather_bucket_size",
@@ -97,7 +99,8 @@ def _sizes(r: Reading) -> None:
         if isinstance(value, str):  # DeepSpeed's pydantic model reads no text but "auto"
             raise doc.error(key, f'{shown(value)} is not a size in elements or "auto"')
         try:  # JSON often writes 5e8; Infinity, NaN and 400 digits are one line each
-            r.set(field, int(checked_number(value, whole=True, low=0)), key)
+            low = 1 if field in _POSITIVE else 0
+            r.set(field, int(checked_number(value, whole=True, low=low)), key)
         except NumberError as exc:
             raise doc.error(key, f'{exc} (a size in elements, or "auto")') from None
 
@@ -178,10 +181,11 @@ def set_offload(
     offloaded alone are planned as none: without offload_optimizer ZeRO-3 keeps the fp32
     master, the optimizer states and the gradient partitions on the GPU (stage3.py:328
     self.device, :742-744, :1107-1120), which the plan's params moves to the CPU (it would
-    err low); none counts the 16-bit parameter partition on the GPU too, a small
-    overestimate. Below stage 3 offload_param is read by nothing (only stage3.py's optimizer
-    takes zero_config.offload_param, engine.py _configure_zero_optimizer), so it is named and
-    left out."""
+    err low); none counts the 16-bit parameter partition on the GPU too, 2·P/N bytes over
+    (DeepSpeed 0.19.8 partition_parameters.py:1160-1168 keeps it in pinned host RAM: 2 GB a
+    GPU for an 8B model on 8). Below stage 3 offload_param is read by nothing (only stage3.py's
+    optimizer takes zero_config.offload_param, engine.py:2655-2773 _configure_zero_optimizer),
+    so it is named and left out."""
     stage = r.values.get("zero", 0)
     if param != "none" and stage != 3:
         r.unmodelled_key(param_key, f"read by ZeRO-3 only: DeepSpeed ignores it at stage {stage}")
@@ -195,7 +199,8 @@ def set_offload(
         r.unmodelled_key(
             param_key,
             "parameters offloaded without the optimizer: planned as no offload, their 16-bit "
-            "partition counted on the GPU, where the master, optimizer states and gradients stay",
+            "partition counted on the GPU (over by 2 bytes a parameter / GPUs), where the "
+            "master, optimizer states and gradients stay",
         )
     else:
         r.default("offload", "none", default_source)
