@@ -4,6 +4,8 @@ fp32 (bench/results/bnb-moe-load.json measures both on tiny models of each MoE m
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from trainmem.core.architecture import spec_from_config
@@ -49,3 +51,22 @@ def test_only_the_quantized_linears_are_dequantized():
     # here, so an expert-sized model shows it): widen the experts
     wide = spec_from_config({**CONFIG, "moe_intermediate_size": 1024}, "wide-moe")
     assert step_sizes(plan, wide).dequant == 2 * H * 256
+
+
+@pytest.mark.parametrize(
+    ("stack", "kept_bytes"),
+    # TRL 1.16 calls no k-bit preparation (sft_trainer.py:805-912), LLaMA-Factory runs its own
+    # (model_utils/checkpointing.py:163-205), Unsloth its own: the experts stay bf16 whatever
+    # kbit_prep says; a Trainer script and axolotl run PEFT's
+    [("trainer", 4), ("axolotl", 4), ("loop", 4), ("trl", 2), ("llama-factory", 2), ("unsloth", 2)],
+)
+def test_only_stacks_that_run_peft_preparation_upcast(stack, kept_bytes):
+    plan = Plan(model="tiny-moe", method="qlora", kbit_prep=True, stack=stack, device="80GB")
+    plan = plan.validated()
+    experts = (E * H * 2 * INTER + E * INTER * H) * LAYERS
+    no_prep = replace(plan, kbit_prep=False)
+    upcast = stored_weight_bytes(SPEC, plan, dtypes(plan))
+    assert upcast - stored_weight_bytes(SPEC, no_prep, dtypes(no_prep)) >= (
+        experts * (kept_bytes - 2)
+    )
+    assert (upcast == stored_weight_bytes(SPEC, no_prep, dtypes(no_prep))) is (kept_bytes == 2)

@@ -591,14 +591,14 @@ def test_fsdp2_leaves_uint8_4bit_weights_whole_where_the_stack_keeps_bnbs_defaul
 
     four_bit = quantized_weight_bytes(SPEC, plan(method="qlora"))
     held, gathered = {}, {}
-    for stack in ("trainer", "llama-factory"):
-        p = plan(method="qlora", strategy="fsdp", gpus=4, stack=stack)
+    for stack in ("trainer", "llama-factory"):  # without the Trainer's fp32 k-bit preparation
+        p = plan(method="qlora", strategy="fsdp", gpus=4, stack=stack, kbit_prep=False)
         held[stack] = model_states(SPEC, p, dtypes(p)).weights
         gathered[stack] = estimate(p, SPEC).breakdown["backward (first layer)"]["weights"]
         gathered[stack] -= held[stack]
     assert held["trainer"] - held["llama-factory"] == four_bit - four_bit // 4
     assert gathered["llama-factory"] - gathered["trainer"] == four_bit // LAYERS  # one layer's
-    fsdp1 = plan(method="qlora", strategy="fsdp", gpus=4, fsdp_version=1)
+    fsdp1 = plan(method="qlora", strategy="fsdp", gpus=4, fsdp_version=1, kbit_prep=False)
     assert model_states(SPEC, fsdp1, dtypes(fsdp1)).weights == held["llama-factory"]
 
 

@@ -146,15 +146,19 @@ def test_fp4_is_the_size_of_nf4_and_int8_is_a_byte_plus_a_row_scale():
 def test_int8_inputs_stay_alive_under_non_reentrant_checkpointing():
     """MatMul8bitLt keeps its input as ctx attributes, out of the checkpoint's hooks: under
     non-reentrant checkpointing every layer keeps its 8-bit linears' inputs (fp32 after
-    prepare_model_for_kbit_training); LLaMA-Factory checkpoints reentrantly."""
+    prepare_model_for_kbit_training); LLaMA-Factory checkpoints reentrantly (and runs no PEFT
+    preparation, so both are compared without it)."""
     trainer = plan(method="qlora", quant="int8", grad_ckpt=True)
-    factory = replace(trainer, stack="llama-factory")
-    a, b = step_sizes(trainer, SPEC), step_sizes(factory, SPEC)
+    unprepared = replace(trainer, kbit_prep=False)
+    factory = replace(unprepared, stack="llama-factory")
+    a, b = step_sizes(unprepared, SPEC), step_sizes(factory, SPEC)
     tokens = 128
-    inputs = tokens * 4 * (H + QD + H + FF)  # q/k/v, o, gate/up, down inputs, fp32
+    inputs = tokens * 2 * (H + QD + H + FF)  # q/k/v, o, gate/up, down inputs, bf16
     assert a.kept_per_layer - b.kept_per_layer == inputs
-    # the backward dequantizes the largest weight into the input's dtype (fp32 here)
-    assert a.dequant == 4 * H * FF
+    assert step_sizes(factory, SPEC) == step_sizes(replace(factory, kbit_prep=True), SPEC)
+    # the backward dequantizes the largest weight into the input's dtype (fp32 after the
+    # preparation)
+    assert step_sizes(trainer, SPEC).dequant == 4 * H * FF
     assert step_sizes(plan(method="qlora", grad_ckpt=True), SPEC).dequant == 2 * H * FF
 
 

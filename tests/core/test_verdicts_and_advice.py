@@ -115,3 +115,21 @@ def test_a_real_trl_command_gets_the_bf16_base_advice(capsys):
     assert out["plan"]["base_dtype"] == "fp32"
     bf16 = [a for a in out["advice"] if a["changes"] == {"base_dtype": "16-bit"}]
     assert bf16 and bf16[0]["saves_bytes"] > 0
+
+
+def test_a_moe_qlora_script_is_told_to_skip_the_fp32_kbit_preparation():
+    """PEFT's prepare_model_for_kbit_training casts transformers 5's unquantized fused experts
+    to fp32: leaving it out of the script is the largest fix. Only where the script calls it:
+    axolotl makes the call itself, TRL 1.16 makes none."""
+    spec = resolve_model("openai/gpt-oss-20b")
+    budget = Budget(80 * GB)
+    plan = Plan(model="openai/gpt-oss-20b", method="qlora").validated()
+    skip = [a for a in advice(plan, spec, budget) if a.changes == (("kbit_prep", False),)]
+    assert skip and skip[0].action.startswith("skip prepare_model_for_kbit_training")
+    # the experts (about 19B of gpt-oss-20b's 21B) go from fp32 to bf16
+    assert skip[0].saves_bytes > 35 * GB and skip[0].fits_after
+    for stack in ("axolotl", "trl", "unsloth"):
+        other = replace(plan, stack=stack).validated()
+        assert all(a.changes != (("kbit_prep", False),) for a in advice(other, spec, budget))
+    off = replace(plan, kbit_prep=False)
+    assert all(a.changes != (("kbit_prep", False),) for a in advice(off, spec, Budget(16 * GB)))

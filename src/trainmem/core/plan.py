@@ -285,7 +285,9 @@ class Plan:
         FieldSpec(
             "bool",
             "kbit prep",
-            "QLoRA with PEFT's prepare_model_for_kbit_training (on by default, as TRL does)",
+            "QLoRA with PEFT's prepare_model_for_kbit_training, its fp32 copy of every 16-bit "
+            "weight, where the stack runs it (a Trainer script's usual call, axolotl; TRL, "
+            "LLaMA-Factory and Unsloth run none)",
             advanced=True,
             applies=_torch(_quantized),
         ),

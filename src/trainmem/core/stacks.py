@@ -56,9 +56,18 @@ class Stack:
     ckpt_offload_kind: str = "torch"
     # Which fused cross-entropy loss "fused" is: Liger's, or Unsloth's own (trainmem.core.losses).
     fused_loss: str = "liger"
-    # PEFT's prepare_model_for_kbit_training casts a quantized model's 16-bit parameters to fp32
-    # (peft/utils/other.py); Unsloth replaces it with its own, which casts nothing it freezes.
+    # Whether the stack's QLoRA path runs PEFT's prepare_model_for_kbit_training, which casts
+    # every 16-bit parameter of a quantized model to fp32 (peft 0.21.2 utils/other.py:204-209):
+    # the Trainer's usual QLoRA scripts call it, and axolotl does (trainmem.sources.configs
+    # .axolotl _kbit_prep). TRL 1.16's SFTTrainer calls nothing of the kind
+    # (trl/trainer/sft_trainer.py:805-912, removed in TRL 0.26), LLaMA-Factory runs its own
+    # prepare_model_for_training, which upcasts only norms and only with upcast_layernorm
+    # (model/model_utils/checkpointing.py:163-205), and Unsloth its own, which casts nothing it
+    # freezes.
     kbit_upcast: bool = True
+    # Whether that call is the user's own (a script around the Trainer, a loop), so that
+    # leaving it out is advice to give; axolotl makes it itself, and no key turns it off.
+    kbit_prep_in_script: bool = True
     # Unsloth's LoRA autograd functions replace PEFT's layers on its fast models
     # (trainmem.core.activations unsloth_lora_paths).
     fused_lora: bool = False
@@ -100,6 +109,7 @@ TRL = Stack(
     defaults="a model given by id loads in fp32 under bf16 autocast; the loss is TRL's "
     "chunked head (no full logits); checkpointing on; max_length 1024",
     bnb_float_storage=False,  # ModelConfig bnb_4bit_quant_storage: None, bitsandbytes' uint8
+    kbit_upcast=False,
 )
 AXOLOTL = replace(
     TRAINER,
@@ -107,6 +117,7 @@ AXOLOTL = replace(
     label="axolotl 067b021 (Hugging Face Trainer)",
     fsdp2_recipe="fsdp2-axolotl",
     bnb_float_storage=True,
+    kbit_prep_in_script=False,
     defaults="sequence_len 512, micro_batch_size 1, adamw_torch_fused, checkpointing off; "
     "QLoRA is NF4 with double quant; the Liger and Cut Cross-Entropy plugins fuse the loss",
 )
@@ -117,6 +128,7 @@ LLAMA_FACTORY = replace(
     upcast_trainable=True,
     reentrant_ckpt=True,
     bnb_float_storage=True,
+    kbit_upcast=False,
     defaults="trainable parameters upcast to fp32 unless pure_bf16; checkpointing on "
     "(reentrant); cutoff_len 2048; lora_rank 8; enable_liger_kernel fuses the loss",
 )

@@ -407,6 +407,25 @@ def advice(
                 None,
             )
         )
+    # PEFT's k-bit preparation keeps every unquantized weight in fp32 (peft 0.21.2
+    # utils/other.py:204-209): on a MoE model transformers 5 leaves the fused experts
+    # unquantized, so it doubles most of the model. Where the script calls it, it can go.
+    stack = plan.tooling
+    if (
+        plan.training.kbit_prep
+        and plan.kbit_prep
+        and stack.kbit_upcast
+        and stack.kbit_prep_in_script
+    ):
+        options.append(
+            (
+                "skip prepare_model_for_kbit_training (call model.gradient_checkpointing_enable() "
+                "and model.enable_input_require_grads() instead)",
+                {"kbit_prep": False},
+                "norms, embeddings and unquantized layers then stay in 16-bit, as TRL and "
+                "Unsloth leave them",
+            )
+        )
     if plan.loss_kind == "standard" and plan.precision != "fp32":
         options.append(
             (

@@ -276,3 +276,30 @@ def test_real_axolotl_keys_are_not_misspellings(tmp_path):
         f"{tmp_path / 'rs.yml'}:3 micro_batch_sise: unknown key, ignored (did you mean "
         "micro_batch_size?)"
     ]
+
+
+QLORA = (
+    "base_model: Qwen/Qwen3-30B-A3B\nadapter: qlora\nload_in_4bit: true\n"
+    "lora_target_modules: [q_proj, v_proj]\n"
+)
+
+
+def test_kbit_preparation_is_skipped_under_zero3(tmp_path):
+    # src/axolotl/loaders/model.py:1003-1009: is_deepspeed_zero3_enabled() skips it, so the
+    # stage read from the DeepSpeed file decides
+    write(tmp_path, "z3.json", '{"zero_optimization": {"stage": 3}}')
+    write(tmp_path, "z2.json", '{"zero_optimization": {"stage": 2}}')
+    three = read(tmp_path, "a.yml", QLORA + "deepspeed: z3.json\n")
+    assert three.values["kbit_prep"] is False
+    assert three.origins["kbit_prep"].endswith("model.py:1003-1009, under ZeRO-3)")
+    assert read(tmp_path, "b.yml", QLORA + "deepspeed: z2.json\n").values["kbit_prep"] is True
+
+
+def test_quantized_experts_skip_kbit_preparation_and_are_named(tmp_path):
+    # model.py:1011-1013: experts quantized as they load (monkeypatch/moe_quant.py) skip it
+    plan = read(tmp_path, "moe.yml", QLORA + "quantize_moe_experts: true\n")
+    assert plan.values["kbit_prep"] is False
+    assert plan.unmodelled == (
+        f"{tmp_path / 'moe.yml'}:5 quantize_moe_experts (experts quantized as they load: "
+        "planned in 16-bit)",
+    )

@@ -155,6 +155,8 @@ def read(doc: Doc, read_file: ReadFile) -> ConfigPlan:
     r.unmodelled_present(_UNMODELLED)
     r.unmodelled_sizes(_SIZES)
     _deepspeed(r, read_file)
+    if r.values.get("method") == "qlora":  # after the DeepSpeed file: ZeRO-3 skips it
+        _kbit_prep(r)
     r.typos(_KNOWN, framework_fields.AXOLOTL)
     return r.result()
 
@@ -263,11 +265,9 @@ def _method(r: Reading) -> None:
             raise doc.error("adapter", "qlora needs load_in_4bit: true (and not load_in_8bit)")
         r.set("method", "qlora", "adapter")
         _quant(r)
-        _kbit_prep(r, adapter)
     elif adapter == "lora" and eight:  # loaders/model.py:740-744: LoRA on LLM.int8
         r.set("method", "qlora", "load_in_8bit")
         r.set("quant", "int8", "load_in_8bit")
-        _kbit_prep(r, adapter)
     elif adapter == "lora":
         r.set("method", "lora", "adapter")
         if four:
@@ -280,15 +280,25 @@ def _method(r: Reading) -> None:
     _lora(r)
 
 
-def _kbit_prep(r: Reading, adapter: str) -> None:
+def _kbit_prep(r: Reading) -> None:
     """axolotl runs PEFT's prepare_model_for_kbit_training on a quantized LoRA / QLoRA base
-    unless QLoRA runs under FSDP or FSDP loads RAM-efficiently (src/axolotl/loaders/model.py
-    _prepare_model_for_quantization, 067b021; it also skips it under ZeRO-3 and for LoRA on
-    Qwen, which this reader cannot see)."""
+    unless QLoRA runs under FSDP, FSDP loads RAM-efficiently, ZeRO-3 is on, or
+    quantize_moe_experts quantized the experts (src/axolotl/loaders/model.py:988-1023
+    _prepare_model_for_quantization, 067b021; it also skips it for LoRA on Qwen (1) and LoftQ,
+    which this reader does not see). quantize_moe_experts loads 3-D expert weights in 4 or 8
+    bits (monkeypatch/moe_quant.py), which the plan does not express: named."""
     doc = r.doc
+    adapter = (doc.text("adapter") or "").lower()
     efficient = _uses_fsdp(doc) and bool(doc.flag(fsdp_key(doc, "cpu_ram_efficient_loading")))
     if (_uses_fsdp(doc) and adapter == "qlora") or efficient:
-        r.default("kbit_prep", False, f"{LOADERS} _prepare_model_for_quantization, under FSDP")
+        r.default("kbit_prep", False, f"{LOADERS}:1003-1009, under FSDP")
+    elif r.values.get("strategy") == "zero" and r.values.get("zero") == 3:
+        r.default("kbit_prep", False, f"{LOADERS}:1003-1009, under ZeRO-3")
+    elif doc.flag("quantize_moe_experts"):
+        r.default("kbit_prep", False, f"{LOADERS}:1011-1013, experts quantized")
+        r.unmodelled_key(
+            "quantize_moe_experts", "experts quantized as they load: planned in 16-bit"
+        )
     else:
         r.default("kbit_prep", True, f"{LOADERS} _prepare_model_for_quantization")
 
