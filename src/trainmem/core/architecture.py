@@ -24,15 +24,25 @@ _QKV_BIAS = {"qwen2", "qwen2_moe"}  # Qwen2 always biases q/k/v, regardless of c
 _QK_NORM_HEAD = {"qwen3", "qwen3_moe", "gemma3_text", "gemma3"}  # RMSNorm over head_dim
 _QK_NORM_FULL = {"olmo2"}  # RMSNorm over the whole q / k projection width
 _FUSED = {"phi3"}
-# MoE models whose experts and router PEFT's all-linear adapts (peft 0.21 converts the v4
-# module names to target_parameters on the fused 3-D expert weights); gpt-oss's are left alone.
-PEFT_ADAPTS_EXPERTS = {
-    "qwen3_moe",
-    "qwen2_moe",
-    "mixtral",
+# MoE models whose fused 3-D experts and router PEFT's all-linear adapts (peft 0.21 converts
+# the v4 module names to target_parameters on them); gpt-oss's and qwen2_moe's are left alone
+# (qwen2_moe's shared expert, nn.Linear layers, is adapted instead). Of these, qwen3_moe's
+# experts are also reached by naming gate_proj / up_proj / down_proj; mixtral's v4 names were
+# w1 / w2 / w3, so a list naming gate_proj reaches nothing there. Checked with a real
+# get_peft_model on tiny models of each (transformers 5.25, peft 0.21.2, session 16).
+PEFT_ADAPTS_EXPERTS = {"qwen3_moe", "mixtral"}
+PEFT_MAPS_EXPERT_NAMES = {
+    "qwen3_moe"
 }  # one qkv_proj and one gate_up_proj Linear (modeling_phi3.py)
 # What a fused Linear stands for, so LoRA targets and input casts follow the real modules.
-PARTS = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
+PARTS = {
+    "qkv": ("q", "k", "v"),
+    "gate_up": ("gate", "up"),
+    # qwen2_moe's shared expert: nn.Linear gate_proj / up_proj / down_proj under mlp.shared_expert
+    "shared_gate": ("gate",),
+    "shared_up": ("up",),
+    "shared_down": ("down",),
+}
 _KNOWN = {
     "llama",
     "mistral",

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainmem.core.architecture import PEFT_ADAPTS_EXPERTS, Linear, ModelSpec
+from trainmem.core.architecture import (
+    PEFT_ADAPTS_EXPERTS,
+    PEFT_MAPS_EXPERT_NAMES,
+    Linear,
+    ModelSpec,
+)
 from trainmem.core.plan import Plan
 from trainmem.core.precision import Dtypes
 from trainmem.core.sharding import (
@@ -77,13 +82,18 @@ def adapter_rank(spec: ModelSpec, plan: Plan, lin: Linear) -> int:
     """The LoRA rank PEFT gives ``lin`` under this plan, 0 when it is not adapted."""
     if not plan.trains_adapter:
         return 0
+    every = plan.lora_targets == "all-linear"
     if lin.expert or lin.name == "router":
-        # MoE experts (fused 3-D parameters) and the router are adapted only on some models,
-        # the router only under all-linear.
+        # MoE experts (fused 3-D parameters) and the router are adapted only on some models
+        # (architecture.PEFT_ADAPTS_EXPERTS), the router only under all-linear.
         if spec.model_type not in PEFT_ADAPTS_EXPERTS:
             return 0
         if lin.name == "router":
-            return plan.lora_rank if plan.lora_targets == "all-linear" else 0
+            return plan.lora_rank if every else 0
+        if not every and spec.model_type not in PEFT_MAPS_EXPERT_NAMES:
+            return 0
+    if lin.name == "shared_expert_gate":  # an nn.Linear no target list names but all-linear
+        return plan.lora_rank if every else 0
     if not set(plan.target_modules) & set(lin.parts):
         return 0
     if lin.expert and lin.name == "gate_up":
