@@ -44,7 +44,16 @@ TARGETS = {
     "all-linear": "all-linear",
     "q,k,v,o,gate,up,down": [f"{m}_proj" for m in ("q", "k", "v", "o", "gate", "up", "down")],
     "attention": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "linear": None,  # axolotl's lora_target_linear: the names of every nn.Linear but lm_head
 }
+
+
+def linear_names(model) -> list[str]:
+    """What axolotl 067b021 passes for lora_target_linear (loaders/adapter.py:54-71)."""
+    names = {
+        n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)
+    }
+    return sorted(names - {"lm_head"})
 
 
 @pytest.mark.parametrize("targets", list(TARGETS))
@@ -57,6 +66,7 @@ def test_trainable_parameters_are_peft_s(model_type, targets):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = transformers.AutoModelForCausalLM.from_config(hf)
-        wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=TARGETS[targets]))
+        modules = TARGETS[targets] or linear_names(model)
+        wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=modules))
     real = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
     assert model_states(spec, plan, dtypes(plan)).trainable_params == real

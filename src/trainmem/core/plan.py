@@ -53,7 +53,14 @@ GPUS = "gpus"
 # The decoder's linear layers by their transformers names (Llama, Qwen, Mistral, Gemma...),
 # as PEFT's target_modules and the training configs write them.
 HF_LINEAR_NAMES = {f"{m}_proj": m for m in LORA_MODULES}
-LORA_PRESETS = {"all-linear": LORA_MODULES, "attention": ("q", "k", "v", "o")}
+# "linear" is every nn.Linear by name, as axolotl's lora_target_linear lists them
+# (src/axolotl/loaders/adapter.py:54-71 find_all_linear_names): all-linear less what PEFT reaches
+# as parameters only (fused MoE experts, routers that are not nn.Linear).
+LORA_PRESETS = {
+    "all-linear": LORA_MODULES,
+    "linear": LORA_MODULES,
+    "attention": ("q", "k", "v", "o"),
+}
 
 
 def _adapter(plan: Plan) -> bool:
@@ -263,7 +270,8 @@ class Plan:
         FieldSpec(
             "text",
             "Targets",
-            "all-linear, attention, or a list such as q,k,v,o,gate,up,down",
+            "all-linear, linear (every nn.Linear, axolotl's lora_target_linear: no fused MoE "
+            "experts), attention, or a list such as q,k,v,o,gate,up,down",
             advanced=True,
             applies=_adapter,
         ),

@@ -83,6 +83,8 @@ def adapter_rank(spec: ModelSpec, plan: Plan, lin: Linear) -> int:
     if not plan.trains_adapter:
         return 0
     every = plan.lora_targets == "all-linear"
+    if plan.lora_targets == "linear":  # every nn.Linear: no fused expert, no router
+        return 0 if lin.expert or lin.name == "router" else plan.lora_rank
     if lin.expert or lin.name == "router":
         # MoE experts (fused 3-D parameters) and the router are adapted only on some models
         # (architecture.PEFT_ADAPTS_EXPERTS), the router only under all-linear.

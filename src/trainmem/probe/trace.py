@@ -209,8 +209,19 @@ def _build(torch: Any, plan: Plan, spec: ModelSpec) -> Any:
         param.requires_grad_(not lora)
     if lora:
         peft = _module("peft")
-        every = plan.lora_targets.strip().lower() == "all-linear"  # PEFT's: bar the lm_head
-        targets = "all-linear" if every else [f"{m}_proj" for m in plan.target_modules]
+        preset = plan.lora_targets.strip().lower()
+        targets: str | list[str] = [f"{m}_proj" for m in plan.target_modules]
+        if preset == "all-linear":  # PEFT's: bar the lm_head
+            targets = preset
+        elif preset == "linear":  # axolotl's lora_target_linear: every nn.Linear by name
+            targets = sorted(
+                {
+                    n.rsplit(".", 1)[-1]
+                    for n, m in model.named_modules()
+                    if isinstance(m, torch.nn.Linear)
+                }
+                - {"lm_head"}
+            )
         saved = list(parse_saved_modules(plan.modules_to_save)) or None
         config = peft.LoraConfig(
             r=plan.lora_rank,

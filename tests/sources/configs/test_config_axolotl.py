@@ -92,7 +92,7 @@ def test_lora_defaults_follow_peft_and_8bit_is_lora_on_int8(tmp_path):
     )
     assert plan.values["method"] == "qlora" and plan.values["quant"] == "int8"
     assert (plan.values["lora_rank"], plan.values["lora_alpha"]) == (8, 8.0)
-    assert plan.values["lora_targets"] == "all-linear"
+    assert plan.values["lora_targets"] == "linear"  # every nn.Linear (loaders/adapter.py:54-71)
     assert plan.values["lora_dropout"] == 0.0
 
 

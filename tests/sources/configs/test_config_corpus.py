@@ -71,7 +71,7 @@ def test_axolotl_qlora_fsdp2(root):
         32,
         64.0,
         0.05,
-        "all-linear",
+        "linear",  # axolotl's lora_target_linear
     )
     assert (v["seq_len"], v["batch"], v["packing"], v["precision"]) == (
         2048,

@@ -96,7 +96,7 @@ class PlanForm(VerticalScroll, can_focus=False):
         self._plan = plan
         self.model_suggester = WordSuggester([])
         self.device_suggester = WordSuggester([])
-        self.targets_suggester = WordSuggester(["all-linear", "attention", "q,k,v,o"])
+        self.targets_suggester = WordSuggester(["all-linear", "attention", "linear", "q,k,v,o"])
         self._errors: dict[str, Static] = {}
         self._edited = False  # typed into since the last load()
         # Each Input's text as composed, loaded or last reported: an Input reports its value

@@ -333,7 +333,9 @@ def _lora(r: Reading) -> None:
     )
     r.keyed("lora_dropout", "lora_dropout", doc.number, 0.0, f"{SCHEMAS}/peft.py:80")
     if doc.flag("lora_target_linear"):
-        r.set("lora_targets", "all-linear", "lora_target_linear")
+        # every nn.Linear's name, bar lm_head (loaders/adapter.py:54-71, :174-182): not PEFT's
+        # all-linear, which on qwen3_moe and mixtral also adapts the fused experts
+        r.set("lora_targets", "linear", "lora_target_linear")
     # loaders/adapter.py:171-190 passes lora_target_modules to PEFT as written (a string is a
     # regex); absent, it passes [], which targets nothing
     elif not set_target_modules(r, "lora_target_modules"):
