@@ -193,6 +193,22 @@ def test_modules_to_save_dtype_follows_the_stack():
     assert copy_bytes(method="qlora", stack="trl") == 2  # TRL casts trainables to bf16
 
 
+def test_axolotl_casts_norms_and_embeddings_back_after_the_kbit_preparation():
+    """axolotl 067b021 (loaders/model.py:455-477): after prepare_model_for_kbit_training made
+    every 16-bit parameter fp32, modules named "norm" and embed_tokens / lm_head go back to
+    the training dtype, so a dense Llama QLoRA keeps nothing in fp32 but its adapters and
+    runs a bf16 residual stream with bf16 logits, as without the preparation."""
+    trainer, axolotl = plan(method="qlora"), plan(method="qlora", stack="axolotl")
+    assert trainer.kbit_prep and axolotl.kbit_prep
+    unquantized = 2 * V * H + LAYERS * 2 * H + H  # embed_tokens, lm_head, 2 norms a layer, final
+    a, b = (model_states(SPEC, q, dtypes(q)) for q in (trainer, axolotl))
+    assert a.weights - b.weights == unquantized * (4 - 2)
+    assert (dtypes(trainer).resid, dtypes(axolotl).resid) == (4, 2)
+    unprepared = replace(axolotl, kbit_prep=False)
+    assert step_sizes(axolotl, SPEC) == step_sizes(unprepared, SPEC)
+    assert model_states(SPEC, unprepared, dtypes(unprepared)) == b
+
+
 def test_a_trained_lm_head_saves_its_input_and_its_gradient_arrives_first():
     p = plan(precision="bf16", modules_to_save="lm_head")
     s, base = step_sizes(p, SPEC), step_sizes(plan(precision="bf16"), SPEC)

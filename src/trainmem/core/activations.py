@@ -17,7 +17,7 @@ from typing import Literal
 
 from trainmem.core.architecture import PARTS, ModelSpec
 from trainmem.core.plan import Plan
-from trainmem.core.precision import Dtypes
+from trainmem.core.precision import Dtypes, kbit_fp32_stream
 from trainmem.core.states import adapter_rank
 
 Kernels = Literal["cuda", "cpu"]  # whose kernels decide what is saved
@@ -326,7 +326,7 @@ def head_activations(spec: ModelSpec, plan: Plan, dt: Dtypes) -> HeadActivations
     """
     v, h = spec.vocab, spec.hidden
     logits_e = 2 if dt.autocast else dt.act
-    if plan.training.kbit_prep and plan.kbit_prep and plan.tooling.kbit_upcast:
+    if kbit_fp32_stream(plan):
         logits_e = 4  # fp32 lm_head after prepare_model_for_kbit_training
     saved = final_norm_saves(spec, plan, dt)
     if plan.trains_lm_head:

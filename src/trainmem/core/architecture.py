@@ -219,6 +219,12 @@ class ModelSpec:
         return n
 
     @property
+    def norm_params(self) -> int:
+        """Every norm's weights: each layer's (no attention sinks) and the final one."""
+        sinks = self.heads if self.attention_sinks else 0
+        return self.layers * (self.layer_norm_params() - sinks) + self.hidden
+
+    @property
     def embedding_params(self) -> int:
         return self.vocab * self.hidden
 

@@ -20,7 +20,7 @@ from trainmem.core.mlx_step import mlx_runtime_note, mlx_step
 from trainmem.core.nccl import nccl_buffer_bytes
 from trainmem.core.offload import checkpoint_offload
 from trainmem.core.plan import Plan
-from trainmem.core.precision import Dtypes, dtypes
+from trainmem.core.precision import Dtypes, dtypes, kbit_upcast
 from trainmem.core.recipes import recipe
 from trainmem.core.rule_of_thumb import rule_of_thumb_bytes
 from trainmem.core.runtime import (
@@ -641,11 +641,13 @@ def _notes(
     if spec.final_logit_softcap and plan.attn == "sdpa":
         notes.append("Gemma 2 soft-caps attention logits, which only eager attention applies")
     if spec.is_moe and plan.training.quantized_base:
-        upcast = dtypes(plan).resid == 4  # PEFT's k-bit preparation casts them up
+        if kbit_upcast(plan):  # PEFT's k-bit preparation casts them up
+            kept = ", in fp32 after prepare_model_for_kbit_training"
+        else:
+            kept = ", in fp32" if dtypes(plan).weight == 4 else ", in 16-bit"
         notes.append(
             "bitsandbytes quantizes nn.Linear layers only: transformers 5 keeps the experts as "
-            "fused 3-D parameters, so they and the router stay unquantized"
-            + (", in fp32 after prepare_model_for_kbit_training" if upcast else ", in 16-bit")
+            "fused 3-D parameters, so they and the router stay unquantized" + kept
         )
     if plan.attn in ("flash-attention-2", "flex"):
         notes.append(

@@ -294,8 +294,8 @@ class Plan:
             "bool",
             "kbit prep",
             "QLoRA with PEFT's prepare_model_for_kbit_training, its fp32 copy of every 16-bit "
-            "weight, where the stack runs it (a Trainer script's usual call, axolotl; TRL, "
-            "LLaMA-Factory and Unsloth run none)",
+            "weight, where the stack runs it (a Trainer script's usual call; axolotl, which "
+            "then casts norms and embeddings back; TRL, LLaMA-Factory and Unsloth run none)",
             advanced=True,
             applies=_torch(_quantized),
         ),

@@ -58,6 +58,18 @@ class Dtypes:
         return replace(self, weight=self.gathered, trainable=self.grad_compute)
 
 
+def kbit_upcast(plan: Plan) -> bool:
+    """Whether PEFT's prepare_model_for_kbit_training casts the quantized model's 16-bit
+    parameters to fp32 (peft 0.21.2 utils/other.py:204-209): where the stack runs it."""
+    return plan.training.kbit_prep and plan.kbit_prep and plan.tooling.kbit_upcast
+
+
+def kbit_fp32_stream(plan: Plan) -> bool:
+    """Whether the norms, embeddings and lm_head stay in fp32 after it, so that the residual
+    stream and the logits are fp32: not where the stack casts them back (Stack.kbit_recast)."""
+    return kbit_upcast(plan) and not plan.tooling.kbit_recast
+
+
 def dtypes(plan: Plan) -> Dtypes:
     found = recipe(plan)
     if found is not None:
@@ -79,7 +91,7 @@ def dtypes(plan: Plan) -> Dtypes:
     weight = 2 if half else 4
     resid = 2 if half else 4
     act = 2 if (half or mixed) else 4
-    if plan.training.kbit_prep and plan.kbit_prep and plan.tooling.kbit_upcast:
+    if kbit_fp32_stream(plan):
         resid = act = 4  # PEFT's fp32 upcast (Unsloth does none: Stack.kbit_upcast)
     trainable = 4 if plan.trains_adapter else weight  # PEFT keeps adapters in fp32
     if plan.training.quantized_base and plan.tooling.quantized_trainable_16bit:

@@ -65,6 +65,12 @@ class Stack:
     # (model/model_utils/checkpointing.py:163-205), and Unsloth its own, which casts nothing it
     # freezes.
     kbit_upcast: bool = True
+    # Whether the stack casts the norms, embed_tokens and lm_head back to the training dtype
+    # after that upcast: axolotl does for any adapter outside QLoRA + FSDP (axolotl 067b021
+    # loaders/model.py:455-477 _configure_embedding_dtypes, should_convert; "norm" in a
+    # module's name, utils.py:231-239 get_linear_embedding_layers), so only the rest (biases,
+    # routers, unquantized experts) stays fp32 and the residual stream is 16-bit.
+    kbit_recast: bool = False
     # Whether that call is the user's own (a script around the Trainer, a loop), so that
     # leaving it out is advice to give; axolotl makes it itself, and no key turns it off.
     kbit_prep_in_script: bool = True
@@ -118,6 +124,7 @@ AXOLOTL = replace(
     fsdp2_recipe="fsdp2-axolotl",
     bnb_float_storage=True,
     kbit_prep_in_script=False,
+    kbit_recast=True,
     defaults="sequence_len 512, micro_batch_size 1, adamw_torch_fused, checkpointing off; "
     "QLoRA is NF4 with double quant; the Liger and Cut Cross-Entropy plugins fuse the loss",
 )

@@ -17,7 +17,7 @@ from trainmem.core.architecture import (
     ModelSpec,
 )
 from trainmem.core.plan import Plan
-from trainmem.core.precision import Dtypes
+from trainmem.core.precision import Dtypes, kbit_upcast
 from trainmem.core.sharding import (
     SUB_GROUP_SIZE,
     divided,
@@ -215,6 +215,9 @@ def stored_weight_bytes(spec: ModelSpec, plan: Plan, dt: Dtypes) -> int:
     if plan.training.quantized_base:
         q_elems = spec.layers * spec.layer_weight_elements - spec.bnb_kept_elements
         other = spec.params - q_elems  # embeddings, lm_head, norms, biases, skipped linears
+        if kbit_upcast(plan) and plan.tooling.kbit_recast:  # norms and embeddings cast back
+            recast = min(other, spec.embedding_params + spec.lm_head_params + spec.norm_params)
+            return quantized_weight_bytes(spec, plan) + recast * dt.weight + (other - recast) * 4
         return quantized_weight_bytes(spec, plan) + other * dt.resid
     return spec.params * dt.weight
 

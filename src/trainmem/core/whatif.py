@@ -19,6 +19,7 @@ from trainmem.core.estimator import estimate
 from trainmem.core.fit import TIGHT_FRACTION, Budget
 from trainmem.core.methods import METHODS
 from trainmem.core.plan import Plan
+from trainmem.core.precision import kbit_upcast
 from trainmem.core.sharding import layout
 
 SEARCH_LIMIT = 1 << 20  # tokens, for a model whose context is not known
@@ -410,13 +411,7 @@ def advice(
     # PEFT's k-bit preparation keeps every unquantized weight in fp32 (peft 0.21.2
     # utils/other.py:204-209): on a MoE model transformers 5 leaves the fused experts
     # unquantized, so it doubles most of the model. Where the script calls it, it can go.
-    stack = plan.tooling
-    if (
-        plan.training.kbit_prep
-        and plan.kbit_prep
-        and stack.kbit_upcast
-        and stack.kbit_prep_in_script
-    ):
+    if kbit_upcast(plan) and plan.tooling.kbit_prep_in_script:
         options.append(
             (
                 "skip prepare_model_for_kbit_training (call model.gradient_checkpointing_enable() "
