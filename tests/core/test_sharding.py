@@ -363,12 +363,17 @@ def test_host_ram_grows_with_offload(spec, method, gpus):
         (dict(strategy="fsdp", fsdp="hybrid-shard", gpus=8), "fsdp", "--nodes 2"),
         (dict(strategy="fsdp", offload="optimizer"), "offload", "use params"),
         (dict(strategy="fsdp", fsdp="no-shard"), "fsdp", "FSDP2 has no no-shard"),
+        (dict(zero=2, gpus=2, reduce_bucket=0), "reduce_bucket", "at least 1"),
     ],
 )
 def test_meaningless_sharding_is_a_plan_error(kw, field, words):
     with pytest.raises(PlanError) as exc:
         plan(**kw)
     assert exc.value.field == field and words in str(exc.value)
+
+
+def test_a_zero_reduce_bucket_outside_deepspeed_is_ignored():
+    assert plan(strategy="fsdp", gpus=2, reduce_bucket=0).reduce_bucket == 0
 
 
 def test_zero_on_one_gpu_and_fsdp_fields_under_zero_are_noted():

@@ -764,6 +764,8 @@ def _sharding_rules(plan: Plan) -> Plan:
             raise PlanError(
                 "offload", "parameter offload needs ZeRO stage 3 (--zero 3) or --strategy fsdp"
             )
+    if _deepspeed(plan) and plan.reduce_bucket == 0:  # DeepSpeed 0.19.8 zero/config.py:113 gt=0
+        raise PlanError("reduce_bucket", "DeepSpeed needs at least 1 element (or -1, auto)")
     if plan.strategy == "fsdp":
         if plan.offload == "optimizer":
             raise PlanError(
