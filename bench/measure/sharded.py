@@ -197,6 +197,10 @@ def wrap(model: torch.nn.Module, plan: Plan, mesh: Any, layout: str = "manual") 
         "full-shard": ShardingStrategy.FULL_SHARD,
         "shard-grad-op": ShardingStrategy.SHARD_GRAD_OP,
     }[plan.fsdp]
+    from torch.distributed.fsdp import BackwardPrefetch
+
+    # the plan's BackwardPrefetch (Plan.prefetches_backward: auto is the stack's)
+    prefetch = BackwardPrefetch.BACKWARD_PRE if plan.prefetches_backward else None
     # device_id=cpu: without it torch 2.13 refuses a CPU-only process
     # (_init_utils.py _init_device_handle); given, the flat parameters, their shards and the
     # collectives' buffers are what they are on a GPU (the CPU's device handle runs the
@@ -209,6 +213,7 @@ def wrap(model: torch.nn.Module, plan: Plan, mesh: Any, layout: str = "manual") 
         use_orig_params=True,
         device_mesh=mesh,
         device_id=torch.device("cpu"),
+        backward_prefetch=prefetch,
     )
 
 

@@ -42,6 +42,7 @@ BASE_DTYPES = ("auto", "16-bit", "fp32")
 REDUCE_DTYPES = ("auto", "fp32", "16-bit")
 SAVABLE_MODULES = ("embed_tokens", "lm_head")
 OFFLOAD = ("none", "optimizer", "params")
+BACKWARD_PREFETCH = ("auto", "backward-pre", "backward-post", "none")
 STRATEGIES = ("ddp", "fsdp", "zero")
 FSDP_SHARDING = ("full-shard", "shard-grad-op", "hybrid-shard", "no-shard")
 AUTO = -1  # a DeepSpeed bucket left to the Trainer ("auto": sized from hidden_size)
@@ -124,6 +125,10 @@ def _sharded(plan: Plan) -> bool:
 
 def _fsdp(plan: Plan) -> bool:
     return plan.strategy == "fsdp"
+
+
+def _fsdp1(plan: Plan) -> bool:
+    return plan.strategy == "fsdp" and plan.fsdp_version == 1
 
 
 def _not_fsdp(plan: Plan) -> bool:
@@ -503,6 +508,20 @@ class Plan:
             applies=_fsdp,
         ),
     )
+    backward_prefetch: str = plan_field(
+        "auto",
+        FieldSpec(
+            "choice",
+            "Backward prefetch",
+            "FSDP1's BackwardPrefetch: backward-pre gathers the next layer while one computes "
+            "(torch's default, a hand-written loop's); the Trainer, TRL, axolotl and "
+            "LLaMA-Factory pass none unless their fsdp_config names one; auto = the stack's",
+            choices=BACKWARD_PREFETCH,
+            advanced=True,
+            section=GPUS,
+            applies=_fsdp1,
+        ),
+    )
     reduce_dtype: str = plan_field(
         "auto",
         FieldSpec(
@@ -686,6 +705,18 @@ class Plan:
     def tooling(self) -> Stack:
         """The stack's record (raises PlanError for an unknown stack)."""
         return stack_record(self.stack)
+
+    @property
+    def prefetches_backward(self) -> bool:
+        """Whether a layer's backward runs with the next layer's all-gather already out: FSDP2
+        always (torch 2.13 _fsdp_param_group.py:795 _backward_prefetch), FSDP1 under
+        BACKWARD_PRE only. BACKWARD_POST prefetches after the layer has resharded
+        (torch 2.13 fsdp/_runtime_utils.py:793-807 _post_backward_reshard), so one layer is
+        gathered while each computes, as with none."""
+        if self.fsdp_version != 1:
+            return True
+        kind = self.backward_prefetch
+        return (self.tooling.fsdp1_prefetch if kind == "auto" else kind) == "backward-pre"
 
     @property
     def loss_kind(self) -> str:

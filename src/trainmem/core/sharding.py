@@ -289,10 +289,11 @@ def fsdp_gathered(
     """FSDP per unit. The root is never resharded after forward (torch 2.13
     _fsdp_state.py:203-207), so embeddings and lm_head stay gathered from forward to the end
     of backward. In backward each unit prefetches the next one's all-gather
-    (_fsdp_param_group.py:795 _backward_prefetch; FSDP1: BackwardPrefetch.BACKWARD_PRE, the
-    default), so two layer units are gathered; layer 0 prefetches the root, gathered
-    already. With reshard_after_forward=False (shard-grad-op) every layer stays gathered
-    until its backward. A unit's gradient is copied into a reduce-scatter input in the
+    (_fsdp_param_group.py:795 _backward_prefetch; FSDP1 under BackwardPrefetch.BACKWARD_PRE:
+    Plan.prefetches_backward), so two layer units are gathered; layer 0 prefetches the root,
+    gathered already. Without it each layer is gathered at its own pre-backward. With
+    reshard_after_forward=False (shard-grad-op) every layer stays gathered until its
+    backward. A unit's gradient is copied into a reduce-scatter input in the
     reduce dtype (_fsdp_collectives.py:597 foreach_reduce), which the param group keeps until
     the next reduce-scatter (comm_ctx.reduce_scatter_state)."""
     layers = spec.layers
@@ -302,7 +303,8 @@ def fsdp_gathered(
         return _carved(lay, layers, unit, root - embed, embed, grad_unit, reduce_unit)
     if lay.reshard_after_forward:
         # the root's pre-backward prefetches the last layer before the loss's backward runs
-        forward, loss, last = root, root + unit, root + 2 * unit
+        ahead = unit if plan.prefetches_backward else 0
+        forward, loss, last = root, root + ahead, root + unit + ahead
     else:
         forward = loss = last = root + layers * unit
     # FSDP1 reduce-scatters a padded flat gradient into a new sharded one

@@ -65,6 +65,11 @@ class Stack:
     # (model/model_utils/checkpointing.py:163-205), and Unsloth its own, which casts nothing it
     # freezes.
     kbit_upcast: bool = True
+    # FSDP1's BackwardPrefetch when the plan says auto: transformers 5.25 passes
+    # fsdp_config's backward_prefetch, else "NO_PREFETCH" (training_args.py:2875), which
+    # accelerate 1.16 turns into None (utils/dataclasses.py:1769-1770); a loop's
+    # FullyShardedDataParallel keeps torch's default, BACKWARD_PRE.
+    fsdp1_prefetch: str = "none"
     # Whether the stack casts the norms, embed_tokens and lm_head back to the training dtype
     # after that upcast: axolotl does for any adapter outside QLoRA + FSDP (axolotl 067b021
     # loaders/model.py:455-477 _configure_embedding_dtypes, should_convert; "norm" in a
@@ -151,6 +156,7 @@ LOOP = Stack(
     reentrant_ckpt=False,
     defaults="out = model(**batch) stays alive through backward and optimizer.step()",
     fsdp2_recipe="fsdp2-torch",
+    fsdp1_prefetch="backward-pre",
 )
 
 # Unsloth at 015bdef (unslothai/unsloth) with unsloth_zoo at ce232d6, read from source: it needs

@@ -70,3 +70,48 @@ def test_axolotl_qlora_under_fsdp_skips_kbit_prep(tmp_path):
         "lora_target_linear: true\nfsdp_config:\n  fsdp_version: 2\n",
     )
     assert plan.values["kbit_prep"] is False and "under FSDP" in plan.origins["kbit_prep"]
+
+
+@pytest.mark.parametrize(
+    ("written", "read_as"),
+    [("BACKWARD_PRE", "backward-pre"), ("backward_post", "backward-post"), ("NO_PREFETCH", "none")],
+)
+def test_fsdp1_backward_prefetch_from_the_trainer_and_accelerate(tmp_path, written, read_as):
+    args = read(
+        tmp_path,
+        "args.json",
+        '{"per_device_train_batch_size": 1, "fsdp": "full_shard", "fsdp_config": {"version": 1, "fsdp_backward_prefetch": '
+        f'"{written}"}}}}',
+    )
+    assert args.values["backward_prefetch"] == read_as
+    assert args.origins["backward_prefetch"].endswith("fsdp_config.fsdp_backward_prefetch")
+    launch = read(
+        tmp_path,
+        "accelerate.yaml",
+        "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n"
+        f"  fsdp_backward_prefetch: {written}\n",
+    )
+    assert launch.values["backward_prefetch"] == read_as
+
+
+def test_backward_prefetch_is_fsdp1s_and_checked(tmp_path):
+    fsdp2 = read(
+        tmp_path,
+        "args.json",
+        '{"per_device_train_batch_size": 1, "fsdp": "full_shard", "fsdp_config": {"backward_prefetch": "BACKWARD_PRE"}}',
+    )
+    assert "backward_prefetch" not in fsdp2.values  # FSDP2 prefetches whatever it says
+    with pytest.raises(PlanError, match="'SOMETIMES' is not BACKWARD_PRE, BACKWARD_POST"):
+        read(
+            tmp_path,
+            "args.json",
+            '{"per_device_train_batch_size": 1, "fsdp": "full_shard", "fsdp_config": {"version": 1, "backward_prefetch": '
+            '"SOMETIMES"}}',
+        )
+    axolotl = read(
+        tmp_path,
+        "fsdp.yml",
+        "base_model: Qwen/Qwen2.5-7B\nfsdp_config:\n  fsdp_backward_prefetch: BACKWARD_PRE\n",
+    )
+    assert "backward_prefetch" not in axolotl.values
+    assert any("fsdp_backward_prefetch: ignored" in n for n in axolotl.notes)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from trainmem.core.units import shown
 from trainmem.sources.configs import deepspeed
-from trainmem.sources.configs.common import ConfigPlan, Doc, ReadFile, Reading
+from trainmem.sources.configs.common import ConfigPlan, Doc, ReadFile, Reading, backward_prefetch
 
 FRAMEWORK = "accelerate 1.15.0"
 _PRECISION = {"bf16": "bf16-mixed", "fp16": "fp16-mixed"}  # autocast over fp32 weights
@@ -115,6 +115,7 @@ def _fsdp(r: Reading) -> None:
         break
     else:
         r.default("fsdp", "full-shard", "accelerate/utils/dataclasses.py:1859")
+    backward_prefetch(r, doc, f"{prefix}.fsdp_backward_prefetch", version)
     if doc.flag(f"{prefix}.fsdp_offload_params"):
         r.set("offload", "params", f"{prefix}.fsdp_offload_params")
     efficient = doc.flag(f"{prefix}.fsdp_cpu_ram_efficient_loading")

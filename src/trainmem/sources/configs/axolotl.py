@@ -227,6 +227,13 @@ def _fsdp(r: Reading) -> None:
             f"{doc.origin(strategy_key)}: ignored, as axolotl drops it (not a field of "
             f"{SCHEMAS}/fsdp.py); the sharding is {r.values['fsdp']}"
         )
+    prefetch_key = fsdp_key(doc, "backward_prefetch")
+    if doc.has(prefetch_key):  # not an FSDPConfig field either
+        r.notes.append(
+            f"{doc.origin(prefetch_key)}: ignored, as axolotl drops it (not a field of "
+            f"{SCHEMAS}/fsdp.py); FSDP1 runs with transformers' NO_PREFETCH "
+            "(training_args.py:2875)"
+        )
     policy_key = fsdp_key(doc, "mixed_precision_policy")
     if doc.has(policy_key):  # a schema field that nothing reads
         r.notes.append(

@@ -393,3 +393,23 @@ def legacy_fsdp_words(
             r.set("offload", "params", "fsdp")
         elif word not in ("auto_wrap", "true"):  # "true": the Trainer's fsdp=True
             raise doc.error("fsdp", f"{shown(word)} is not an FSDP option")
+
+
+# FSDP1's BackwardPrefetch names, as accelerate 1.16 reads them (utils/dataclasses.py:1767-1777,
+# upper-cased; NO_PREFETCH is None) and transformers 5.25 passes them (training_args.py:2875).
+_PREFETCH = {"BACKWARD_PRE": "backward-pre", "BACKWARD_POST": "backward-post"}
+
+
+def backward_prefetch(r: Reading, doc: Doc, key: str, version: int) -> None:
+    """An FSDP1 ``backward_prefetch`` under ``key``, if written (FSDP2 ignores it, as
+    accelerate does with a warning)."""
+    value = doc.lookup(key)
+    if value is None or version != 1:
+        return
+    name = str(value).upper()
+    if name == "NO_PREFETCH":
+        r.set("backward_prefetch", "none", key)
+    elif name in _PREFETCH:
+        r.set("backward_prefetch", _PREFETCH[name], key)
+    else:
+        raise doc.error(key, f"{shown(value)} is not BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH")

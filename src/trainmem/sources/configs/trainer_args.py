@@ -20,6 +20,7 @@ from trainmem.sources.configs.common import (
     Doc,
     ReadFile,
     Reading,
+    backward_prefetch,
     checked_reentrant,
     legacy_fsdp_words,
 )
@@ -427,6 +428,7 @@ def _fsdp(r: Reading) -> None:
     legacy_fsdp_words(doc, r, words, version=version, strategy_set=reshard is not None)
     if "fsdp" not in r.values and "fsdp" not in c.values:
         c.default("fsdp", "full-shard", "transformers/training_args.py:2860-2870")
+    backward_prefetch(c, cdoc, _fsdp_key(cdoc, prefix, "backward_prefetch"), version)
     offload_key = _fsdp_key(cdoc, prefix, "cpu_offload")
     if cdoc.flag(offload_key):
         c.set("offload", "params", offload_key)
