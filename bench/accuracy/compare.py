@@ -758,7 +758,8 @@ def frameworks_section(records: list[dict[str, Any]]) -> list[str]:
         "",
         "## From the file to the bytes: the frameworks' own entry points",
         "",
-        "Each framework's published LoRA example (the file is in the results record), with a "
+        "Each framework's published LoRA example, and axolotl's QLoRA one (the file is in "
+        "the results record), with a "
         "tiny random Llama and a local alpaca file, run through the framework's own entry "
         "point on the CPU, the tracker over step 2 of the Trainer it builds; then "
         "`trainmem-tui plan --from FILE --json` on the same file from the same folder. "
@@ -766,7 +767,10 @@ def frameworks_section(records: list[dict[str, Any]]) -> list[str]:
         "loads one on a GPU); `same plan, as run` is that plan estimated with the CPU "
         "kernels (dropout's fp32 noise tensor) and the dtype the run's hidden states had. "
         "Reproduce: the venv commands in each script's docstring (it prints them when it "
-        "runs).",
+        "runs). The QLoRA runs (bitsandbytes 0.50.2's CPU backend, bf16 autocast) confirm "
+        "axolotl's dtypes as planned: after its load only the LoRA adapters are fp32, the "
+        "norms, embed_tokens and lm_head bf16 again (the record's param_dtypes); their "
+        "remaining shortfall is not explained (bitsandbytes' CPU kernels are not modelled).",
         "",
         "| framework | file | plan --from read | measured MB | plan --from | same plan, as run |",
         "|---|---|---|---|---|---|",
