@@ -72,6 +72,9 @@ def test_axolotl_qlora_under_fsdp_skips_kbit_prep(tmp_path):
     assert plan.values["kbit_prep"] is False and "under FSDP" in plan.origins["kbit_prep"]
 
 
+ARGS = '{"per_device_train_batch_size": 1, "fsdp": "full_shard", "fsdp_config": '
+
+
 @pytest.mark.parametrize(
     ("written", "read_as"),
     [("BACKWARD_PRE", "backward-pre"), ("backward_post", "backward-post"), ("NO_PREFETCH", "none")],
@@ -80,8 +83,7 @@ def test_fsdp1_backward_prefetch_from_the_trainer_and_accelerate(tmp_path, writt
     args = read(
         tmp_path,
         "args.json",
-        '{"per_device_train_batch_size": 1, "fsdp": "full_shard", "fsdp_config": {"version": 1, "fsdp_backward_prefetch": '
-        f'"{written}"}}}}',
+        ARGS + f'{{"version": 1, "fsdp_backward_prefetch": "{written}"}}}}',
     )
     assert args.values["backward_prefetch"] == read_as
     assert args.origins["backward_prefetch"].endswith("fsdp_config.fsdp_backward_prefetch")
@@ -98,15 +100,14 @@ def test_backward_prefetch_is_fsdp1s_and_checked(tmp_path):
     fsdp2 = read(
         tmp_path,
         "args.json",
-        '{"per_device_train_batch_size": 1, "fsdp": "full_shard", "fsdp_config": {"backward_prefetch": "BACKWARD_PRE"}}',
+        ARGS + '{"backward_prefetch": "BACKWARD_PRE"}}',
     )
     assert "backward_prefetch" not in fsdp2.values  # FSDP2 prefetches whatever it says
     with pytest.raises(PlanError, match="'SOMETIMES' is not BACKWARD_PRE, BACKWARD_POST"):
         read(
             tmp_path,
             "args.json",
-            '{"per_device_train_batch_size": 1, "fsdp": "full_shard", "fsdp_config": {"version": 1, "backward_prefetch": '
-            '"SOMETIMES"}}',
+            ARGS + '{"version": 1, "backward_prefetch": "SOMETIMES"}}',
         )
     axolotl = read(
         tmp_path,
