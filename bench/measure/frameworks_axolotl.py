@@ -220,15 +220,12 @@ def param_dtypes(model: Any) -> dict[str, Any]:
     for name, p in model.named_parameters():
         dt = str(p.dtype).replace("torch.", "")
         cls = type(p).__name__
-        d = by_dtype.setdefault(dt, {"elements": 0, "bytes": 0, "tensors": 0})
-        d["elements"] += p.numel()
-        d["bytes"] += p.numel() * p.element_size()
-        d["tensors"] += 1
         g = groups.setdefault(_group(name), {"dtypes": {}, "classes": {}, "trainable": 0})
-        gd = g["dtypes"].setdefault(dt, {"elements": 0, "bytes": 0, "tensors": 0})
-        gd["elements"] += p.numel()
-        gd["bytes"] += p.numel() * p.element_size()
-        gd["tensors"] += 1
+        for tally in (by_dtype, g["dtypes"]):
+            d = tally.setdefault(dt, {"elements": 0, "bytes": 0, "tensors": 0})
+            d["elements"] += p.numel()
+            d["bytes"] += p.numel() * p.element_size()
+            d["tensors"] += 1
         g["classes"][cls] = g["classes"].get(cls, 0) + 1
         g["trainable"] += p.numel() if p.requires_grad else 0
         g.setdefault("example", name)

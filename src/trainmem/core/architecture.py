@@ -23,7 +23,7 @@ _NORMS_PER_LAYER = {"gemma2": 4, "gemma3_text": 4, "gemma3": 4}
 _QKV_BIAS = {"qwen2", "qwen2_moe"}  # Qwen2 always biases q/k/v, regardless of config
 _QK_NORM_HEAD = {"qwen3", "qwen3_moe", "gemma3_text", "gemma3"}  # RMSNorm over head_dim
 _QK_NORM_FULL = {"olmo2"}  # RMSNorm over the whole q / k projection width
-_FUSED = {"phi3"}
+_FUSED = {"phi3"}  # one qkv_proj and one gate_up_proj Linear (modeling_phi3.py)
 # MoE models whose fused 3-D experts and router PEFT's all-linear adapts (peft 0.21 converts
 # the v4 module names to target_parameters on them); gpt-oss's and qwen2_moe's are left alone
 # (qwen2_moe's shared expert, nn.Linear layers, is adapted instead). Of these, qwen3_moe's
@@ -31,9 +31,7 @@ _FUSED = {"phi3"}
 # w1 / w2 / w3, so a list naming gate_proj reaches nothing there. Checked with a real
 # get_peft_model on tiny models of each (transformers 5.25, peft 0.21.2, session 16).
 PEFT_ADAPTS_EXPERTS = {"qwen3_moe", "mixtral"}
-PEFT_MAPS_EXPERT_NAMES = {
-    "qwen3_moe"
-}  # one qkv_proj and one gate_up_proj Linear (modeling_phi3.py)
+PEFT_MAPS_EXPERT_NAMES = {"qwen3_moe"}
 # What a fused Linear stands for, so LoRA targets and input casts follow the real modules.
 PARTS = {
     "qkv": ("q", "k", "v"),
