@@ -26,6 +26,7 @@ from measure.sequence import unpack
 from accuracy.bnb_load import bnb_load_section
 from accuracy.peers import PEERS
 from accuracy.published import unsloth_section
+from accuracy.published_cuda import published_cuda_section
 from trainmem.core.allocator import simulate
 from trainmem.core.architecture import spec_from_config
 from trainmem.core.estimator import estimate, step_sizes
@@ -740,6 +741,7 @@ def render(
     lines += zero_section(sharded or [])
     lines += trace_section(traces or [])
     lines += monotony_section(sweep or [])
+    lines += published_cuda_section()
     lines += unsloth_section()
     lines += ["", "## Where the measurements come from", ""]
     for m in meta:
