@@ -32,50 +32,60 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainmem.core.estimator import estimate
+from trainmem.core.fit import judge_fit
 from trainmem.core.plan import Plan
+from trainmem.devices.presets import resolve_preset
 from trainmem.sources import catalog
 
 SOURCE = (
     "https://github.com/foundation-model-stack/fms-acceleration/blob/24bdadb/"
     "scripts/benchmarks/refs/a100_80gb.csv"
 )
-MODEL = "mistralai/Mistral-7B-v0.1"
+MISTRAL, MIXTRAL = "mistralai/Mistral-7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"
+DEVICE = "a100-80gb"
 MIB = 2**20
 
 
 @dataclass(frozen=True)
 class Run:
+    model: str
     method: str  # full, lora, qlora (the CSV's scenario: none, standard-peft, baseline-peft-bnb)
     gpus: int
     batch: int  # per device
     used_mib: int  # mem_nvidia_mem_reserved: nvidia-smi's memory.used, MiB
-    allocated: int  # mem_peak_torch_mem_alloc_in_bytes
+    allocated: int | None  # mem_peak_torch_mem_alloc_in_bytes; None: empty, out of memory
 
 
-# The CSV's rows for Mistral-7B-v0.1 with framework_config "none" (full, LoRA) and
-# "baseline-peft-bnb" (QLoRA), in its order.
+# The CSV's rows, in its order: Mistral-7B-v0.1 with framework_config "none" (full, LoRA) and
+# "baseline-peft-bnb" (QLoRA); Mixtral-8x7B-Instruct-v0.1's LoRA with "none", whose rows on
+# one GPU record no peak (they ran out of memory: the GPU full, 81,214 MiB used).
 RUNS = (
-    Run("full", 1, 4, 77256, 72434837504),
-    Run("full", 2, 2, 44382, 36225939968),
-    Run("full", 1, 8, 72988, 72435230720),
-    Run("full", 2, 4, 53587, 36226136576),
-    Run("lora", 1, 4, 29576, 26704571904),
-    Run("lora", 2, 2, 18678, 15144870400),
-    Run("lora", 1, 8, 43232, 38742912512),
-    Run("lora", 2, 4, 26328, 21959827968),
-    Run("qlora", 1, 4, 26056, 20669338112),
-    Run("qlora", 2, 2, 13164, 9424594432),
-    Run("qlora", 1, 8, 46050, 37002646016),
-    Run("qlora", 2, 4, 21182, 15970067968),
+    Run(MISTRAL, "full", 1, 4, 77256, 72434837504),
+    Run(MISTRAL, "full", 2, 2, 44382, 36225939968),
+    Run(MISTRAL, "full", 1, 8, 72988, 72435230720),
+    Run(MISTRAL, "full", 2, 4, 53587, 36226136576),
+    Run(MISTRAL, "lora", 1, 4, 29576, 26704571904),
+    Run(MISTRAL, "lora", 2, 2, 18678, 15144870400),
+    Run(MISTRAL, "lora", 1, 8, 43232, 38742912512),
+    Run(MISTRAL, "lora", 2, 4, 26328, 21959827968),
+    Run(MIXTRAL, "lora", 1, 4, 81214, None),
+    Run(MIXTRAL, "lora", 2, 2, 63398, 57554708992),
+    Run(MIXTRAL, "lora", 1, 8, 81214, None),
+    Run(MIXTRAL, "lora", 2, 4, 70747, 64851605504),
+    Run(MISTRAL, "qlora", 1, 4, 26056, 20669338112),
+    Run(MISTRAL, "qlora", 2, 2, 13164, 9424594432),
+    Run(MISTRAL, "qlora", 1, 8, 46050, 37002646016),
+    Run(MISTRAL, "qlora", 2, 4, 21182, 15970067968),
 )
 
 # The CSV's other rows, and why they are not compared.
 LEFT_OUT = (
     "the foak and accelerated-peft rows (fms-acceleration's own fused kernels and QLoRA "
     "layers, which no stack here models), the GPTQ rows (no GPTQ quantization here), "
-    "Mixtral-8x7B (transformers 4.48 runs its experts as one nn.Linear each in a loop, which "
-    "bitsandbytes quantizes; transformers 5 stores them fused and runs them through "
-    "grouped_mm, and a 4-bit load keeps them 16-bit: another step), Llama-2-70B "
+    "Mixtral-8x7B's full fine-tunes (out of memory on every row, as planned: its bf16 weights "
+    "alone are 93 GB) and its QLoRA (transformers 4.48 held its experts as one nn.Linear "
+    "each, which bitsandbytes quantizes; transformers 5 stores them fused, and a 4-bit load "
+    "keeps them 16-bit: the plan is 2-5x the run's), Llama-2-70B "
     "(NousResearch's re-upload is not in the catalogue, and most of its rows ran out of "
     "memory with no peak recorded) and gpt_bigcode-santacoder (not in the catalogue)"
 )
@@ -84,7 +94,7 @@ LEFT_OUT = (
 def plan(run: Run) -> Plan:
     """The run as a plan: each setting from the module docstring's source."""
     fields: dict[str, Any] = {
-        "model": MODEL,
+        "model": run.model,
         "method": run.method,
         "seq_len": 4096,
         "batch": run.batch,
@@ -92,7 +102,7 @@ def plan(run: Run) -> Plan:
         "precision": "bf16",
         "optimizer": "adamw-foreach",
         "attn": "flash-attention-2",
-        "device": "a100-80gb",
+        "device": DEVICE,
         "gpus": run.gpus,
     }
     if run.method != "full":
@@ -119,13 +129,14 @@ def plan(run: Run) -> Plan:
 
 @functools.cache
 def compared() -> tuple[dict[str, Any], ...]:
-    """Each run beside the estimate: bytes published and ours."""
-    entry = catalog.find(MODEL)
-    assert entry is not None, MODEL
-    spec = entry.spec()
+    """Each run beside the estimate: bytes published and ours, and our verdict on the GPU."""
+    gpu = resolve_preset(DEVICE)
+    assert gpu is not None
     rows = []
     for run in RUNS:
-        est = estimate(plan(run), spec)
+        entry = catalog.find(run.model)
+        assert entry is not None, run.model
+        est = estimate(plan(run), entry.spec())
         rows.append(
             {
                 "run": run,
@@ -133,9 +144,15 @@ def compared() -> tuple[dict[str, Any], ...]:
                 "allocated ours": est.allocated_bytes,
                 "used": run.used_mib * MIB,
                 "device ours": est.device_bytes,
+                "verdict": judge_fit(est.judged_bytes, DEVICE, gpu.usable_bytes).verdict,
             }
         )
     return tuple(rows)
+
+
+def measured(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows that recorded a peak (the others ran out of memory)."""
+    return [r for r in rows if r["allocated"] is not None]
 
 
 def error(ours: int, published: int) -> float:
@@ -158,40 +175,51 @@ def published_cuda_section() -> list[str]:
         f"figures ({SOURCE}): the Trainer's peak allocated (`torch.cuda.max_memory_allocated`, "
         "rank 0) and nvidia-smi's memory.used less what was in use before the run (the "
         "context, the allocator's reserve and NCCL's buffers), against the plan's allocated "
-        "peak and device peak. Mistral-7B-v0.1, 4,096 packed tokens, flash-attention 2, "
-        "checkpointing, torch's foreach AdamW; two GPUs are FSDP1 full-shard; LoRA r 16 on "
-        "q/k/v/o; QLoRA nf4 (settings and sources: bench/accuracy/published_cuda.py). The "
-        "runs used torch 2.4.1, transformers 4.48.1, peft 0.13.2 and TRL 0.13.0; the "
-        "estimate follows today's versions (transformers 5.25), so an allocated error can "
-        "be a difference between versions, and `used - allocated` compares what the "
-        "allocator and the runtime add on top, whatever the tensors. Error = (ours - "
-        "published) / published.",
+        "peak and device peak. 4,096 packed tokens, flash-attention 2, checkpointing, "
+        "torch's foreach AdamW; two GPUs are FSDP1 full-shard; LoRA r 16 on q/k/v/o; QLoRA "
+        "nf4 (settings and sources: bench/accuracy/published_cuda.py). The runs used torch "
+        "2.4.1, transformers 4.48.1, peft 0.13.2 and TRL 0.13.0; the estimate follows "
+        "today's versions (transformers 5.25), so an allocated error can be a difference "
+        "between versions, and `used - allocated` compares what the allocator and the "
+        "runtime add on top, whatever the tensors. Error = (ours - published) / published; "
+        "`OOM`: the run ran out of memory and recorded no peak, beside the plan's verdict on "
+        "the A100.",
         "",
-        "| method | GPUs x batch | allocated GB | ours | error | used GB | device peak ours | "
-        "error | used - allocated GB | ours |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | method | GPUs x batch | allocated GB | ours | error | used GB | "
+        "device peak ours | error | used - allocated GB | ours |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         run = r["run"]
+        head = f"| {run.model.split('/')[1]} | {run.method} | {run.gpus} x {run.batch} |"
+        ours = f"{r['allocated ours'] / gb:.2f}"
+        if r["allocated"] is None:
+            out.append(
+                f"{head} OOM | {ours} | {r['verdict']} | {r['used'] / gb:.2f} | "
+                f"{r['device ours'] / gb:.2f} | {r['verdict']} | | |"
+            )
+            continue
         out.append(
-            f"| {run.method} | {run.gpus} x {run.batch} | {r['allocated'] / gb:.2f} | "
-            f"{r['allocated ours'] / gb:.2f} | {error(r['allocated ours'], r['allocated']):+.1f}%"
-            f" | {r['used'] / gb:.2f} | {r['device ours'] / gb:.2f} | "
-            f"{error(r['device ours'], r['used']):+.1f}% | "
+            f"{head} {r['allocated'] / gb:.2f} | {ours} | "
+            f"{error(r['allocated ours'], r['allocated']):+.1f}% | {r['used'] / gb:.2f} | "
+            f"{r['device ours'] / gb:.2f} | {error(r['device ours'], r['used']):+.1f}% | "
             f"{(r['used'] - r['allocated']) / gb:.2f} | "
             f"{(r['device ours'] - r['allocated ours']) / gb:.2f} |"
         )
     out += ["", "| method | n | allocated: median | device peak: median |", "|---|---|---|---|"]
-    for method in ("full", "lora", "qlora"):
-        subset = [r for r in rows if r["run"].method == method]
+    for method in ("full", "lora", "qlora", None):
+        subset = measured([r for r in rows if method in (None, r["run"].method)])
         allocated = _median_abs(subset, "allocated ours", "allocated")
         device = _median_abs(subset, "device ours", "used")
-        out.append(f"| {method} | {len(subset)} | {allocated:.1f}% | {device:.1f}% |")
+        out.append(f"| {method or 'all'} | {len(subset)} | {allocated:.1f}% | {device:.1f}% |")
+    out_of_memory = [r for r in rows if r["allocated"] is None]
+    agree = sum(r["verdict"] == "too big" for r in out_of_memory)
     out += [
-        f"| all | {len(rows)} | {_median_abs(rows, 'allocated ours', 'allocated'):.1f}% | "
-        f"{_median_abs(rows, 'device ours', 'used'):.1f}% |",
         "",
-        *_findings(rows),
+        f"Of the {len(out_of_memory)} runs that ran out of memory, the plan calls {agree} too "
+        "big for the A100.",
+        "",
+        *_findings(measured(rows)),
         "",
         f"Not compared: {LEFT_OUT}.",
     ]
@@ -204,16 +232,20 @@ def _findings(rows: list[dict[str, Any]]) -> list[str]:
     def over(r: dict[str, Any]) -> tuple[float, float]:  # GB held beyond the tensors' peak
         return (r["used"] - r["allocated"]) / 1e9, (r["device ours"] - r["allocated ours"]) / 1e9
 
-    full = [r for r in rows if r["run"].method == "full"]
+    full = [r for r in rows if r["run"].method == "full"]  # Mistral-7B's (Mixtral's: OOM)
     single = [r for r in full if r["run"].gpus == 1]
     sharded = [r for r in full if r["run"].gpus > 1]
     held = ", ".join(f"{over(r)[0]:.1f} GB (batch {r['run'].batch})" for r in sharded)
     ours = ", ".join(f"{over(r)[1]:.1f}" for r in sharded)
     worst = max(abs(error(r["allocated ours"], r["allocated"])) for r in full)
+    mixtral = max(
+        abs(error(r["allocated ours"], r["allocated"])) for r in rows if r["run"].model == MIXTRAL
+    )
     return [
         f"The full fine-tunes' allocated peak, reached at the optimizer step, agrees within "
-        f"{worst:.1f}% on one GPU and on two; the LoRA and QLoRA rows differ more, and there "
-        "the versions differ most: transformers 4.48's loss made a contiguous fp32 copy of "
+        f"{worst:.1f}% on one GPU and on two, and Mixtral's sharded LoRA runs within "
+        f"{mixtral:.1f}%; Mistral's LoRA and QLoRA rows differ more, where the versions differ "
+        "most: transformers 4.48's loss made a contiguous fp32 copy of "
         "the shifted logits (loss/loss_utils.py ForCausalLMLoss), which transformers 5 no "
         "longer makes; on one GPU TRL 0.13 cast the embedding and head back to bf16 after "
         "the k-bit preparation (trainer/utils.py peft_module_casting_to_bf16), and for a "
