@@ -152,6 +152,8 @@ def test_a_log_never_goes_into_a_file_that_holds_something_else(
         (["--interval", "-1"], "> 0"),
         (["--interval", "soon"], "> 0"),
         (["--interval", "nan"], "> 0"),
+        # past a thread wait's limit (~9.2e9 s) this was a traceback, then a hang
+        (["--watch", "--count", "2", "--interval", "1e10"], "<= 86,400 (a day)"),
         (["--watch", "--count", "0"], "--count: must be a whole number >= 1"),
         (["--bogus"], "unrecognized arguments"),
     ],

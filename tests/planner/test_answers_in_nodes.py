@@ -57,3 +57,20 @@ def test_the_text_answers_in_nodes_and_asks_for_the_ram(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["host"]["fit"]["usable_bytes"] == 4 * 10**12
     assert doc["what_if"]["gpus_per_node"] == 8 and doc["what_if"]["fewest_nodes"]
+
+
+def test_one_gpus_node_ram_verdict_is_shown_where_it_is_judged(capsys):
+    """One GPU, nothing offloaded: the model is still loaded through the node's RAM, and
+    ``ram:`` makes that a verdict --check and --json count; the text and the dashboard say
+    it too, so a failing --check never comes without its reason."""
+    from trainmem.app.widgets.breakdown import sharding_text
+
+    args = ["plan", "--model", "7B", "--device", "h100-80gb,ram:1GB"]
+    assert main([*args, "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "node RAM (usable 1.0 GB) for " in out and "TOO BIG" in out
+    plan = Plan(model="7B", device="h100-80gb,ram:1GB")
+    report = build_report(plan, solve=False)
+    assert report.host_fit is not None and not report.host_fit.fits
+    shown = sharding_text(report).plain
+    assert "Node RAM needs" in shown and "of 1.0 GB" in shown

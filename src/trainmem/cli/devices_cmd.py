@@ -53,6 +53,7 @@ from trainmem.core.errors import PlanError
 from trainmem.core.text import visible
 from trainmem.core.units import shown
 from trainmem.devices import DeviceReading, Sampler, Snapshot
+from trainmem.devices.sampler import MAX_INTERVAL
 
 PROG = "trainmem-tui devices"
 CSV_FIELDS = (
@@ -86,13 +87,15 @@ class WriteError(Exception):
 _write = os.write
 
 
-def _positive_float(text: str) -> float:
+def _interval(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, not {text!r}")
+    if not 0 < value <= MAX_INTERVAL:  # NaN and inf too
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds > 0 and <= {MAX_INTERVAL:,} (a day), not {text!r}"
+        )
     return value
 
 
@@ -151,9 +154,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON (with --watch: JSON Lines)")
     p.add_argument("--watch", action="store_true", help="keep sampling until Ctrl+C or SIGTERM")
-    p.add_argument(
-        "--interval", type=_positive_float, metavar="S", help="seconds between samples (1)"
-    )
+    p.add_argument("--interval", type=_interval, metavar="S", help="seconds between samples (1)")
     p.add_argument(
         "--log", metavar="FILE", help="append each sample to FILE (JSON Lines; CSV if *.csv)"
     )

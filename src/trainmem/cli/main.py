@@ -10,7 +10,9 @@ Ctrl+C ends every command without a traceback, at any moment, start-up included:
 * while a command runs it raises KeyboardInterrupt as usual, caught here: exit status 130;
 * `devices --watch` handles SIGINT and SIGTERM itself: the user stopping it exits 0.
 
-A closed pipe (``trainmem-tui run-report --json | head``) ends every command quietly with
+A failed write to stdout (``> /dev/full``, stdout closed with ``>&-``) ends every command
+with one line on stderr and status 1, as `devices` has always said it; a closed pipe
+(``trainmem-tui run-report --json | head``) ends every command quietly with
 status 141 (128 + SIGPIPE, as a shell reports a command ended by it): stdout is flushed before
 ``main`` returns, so a closed reader is found here and not at the interpreter's exit, where
 Python would print "Exception ignored ... BrokenPipeError"; then stdout is pointed at
@@ -33,6 +35,33 @@ if TYPE_CHECKING:
 SUBCOMMANDS = ("plan", "devices", "run-report", "calibrate", "replay")
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl+C
 PIPE_CLOSED = 141  # 128 + SIGPIPE
+UNWRITABLE = 1  # stdout cannot be written (devices' WriteError status)
+
+
+class _Stdout:
+    """sys.stdout for a subcommand, remembering the write that failed: a command may catch it
+    (devices words its own), and what reaches ``main`` is told from any other OSError."""
+
+    def __init__(self, stream: object) -> None:
+        self._stream = stream
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))  # type: ignore[attr-defined]
+        except OSError as err:
+            self.failed = err
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()  # type: ignore[attr-defined]
+        except OSError as err:
+            self.failed = err
+            raise
+
+    def __getattr__(self, name: str) -> object:  # isatty, fileno, encoding, buffer...
+        return getattr(self._stream, name)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -64,13 +93,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `--help` goes to the dashboard's parser: it lists the plan flags and names the
         # commands.
         if args and (args[0] in SUBCOMMANDS or args[0] == "--version"):
-            ns = build_parser(args[0] if args[0] in SUBCOMMANDS else None).parse_args(args)
-            if _interrupted:
-                return INTERRUPTED
-            _raising = True
-            status = int(ns.run(ns))
-            sys.stdout.flush()  # a closed pipe is found here, not at exit
-            return status
+            if sys.stdout is None:  # started with stdout closed (`>&-`)
+                sys.stderr.write(f"trainmem-tui {args[0]}: error: cannot write to stdout: closed\n")
+                return UNWRITABLE
+            stdout = sys.stdout = _Stdout(sys.stdout)  # type: ignore[assignment]
+            try:
+                ns = build_parser(args[0] if args[0] in SUBCOMMANDS else None).parse_args(args)
+                if _interrupted:
+                    return INTERRUPTED
+                _raising = True
+                status = int(ns.run(ns))
+                sys.stdout.flush()  # a closed pipe is found here, not at exit
+                return status
+            except BrokenPipeError:
+                raise
+            except OSError as err:
+                if stdout.failed is not err:
+                    raise
+                _silence_stdout()  # the flush at exit must not fail again
+                reason = err.strerror or str(err)
+                sys.stderr.write(
+                    f"trainmem-tui {args[0]}: error: cannot write to stdout: {reason}\n"
+                )
+                return UNWRITABLE
+            finally:
+                sys.stdout = stdout._stream  # type: ignore[assignment]
         # No subcommand: the dashboard, which takes the plan flags too. Imported lazily so the
         # headless commands never pay for Textual.
         from trainmem.cli import dashboard_cmd

@@ -18,10 +18,19 @@ from trainmem.core.text import visible
 PIPE_WIDTH = 1000  # tables into a pipe take the width they need, up to this
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """A closed pipe ends the command as every command's does (status 141, trainmem.cli
+        .main), not with rich's SystemExit(1), which a --check caller would read as "does
+        not fit"."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console() -> Console:
     if sys.stdout.isatty():
-        return Console(highlight=False)
-    return Console(soft_wrap=True, width=PIPE_WIDTH, highlight=False)
+        return _Console(highlight=False)
+    return _Console(soft_wrap=True, width=PIPE_WIDTH, highlight=False)
 
 
 def safe(text: object, style: str = "") -> Text:

@@ -83,7 +83,7 @@ def render_report(report: Report, out: Console | None = None) -> None:
             f"{fmt_bytes(est.host_offloaded_bytes)}, loading {fmt_bytes(est.host_loading_bytes)}"
             f"); state the node's RAM to judge it (--device {_with_ram(report)})"
         )
-    if host is not None and (plan.world > 1 or est.host_offloaded_bytes):
+    if host is not None:  # judged whenever the node's RAM is given: --check and --json count it
         out.print(
             Text.assemble(
                 f"node RAM (usable {fmt_bytes(host.usable_bytes)}) for "

@@ -197,6 +197,11 @@ class _Worker:
                 self.idle.set()
 
 
+# A day: a watch that samples less often is no watch, and a thread's wait refuses a timeout
+# past ~9.2e9 s (OverflowError: timestamp out of range) in the sampler's clock.
+MAX_INTERVAL = 86_400
+
+
 class Sampler:
     """Samples all devices every ``interval`` seconds on daemon threads (one per source).
 
@@ -222,8 +227,10 @@ class Sampler:
         extra_sources: Sequence[DeviceSource] = (),
         local: bool = True,
     ) -> None:
-        if not interval > 0:
-            raise ValueError(f"interval must be a number of seconds > 0, not {interval!r}")
+        if not 0 < interval <= MAX_INTERVAL:
+            raise ValueError(
+                f"interval must be seconds > 0 and <= {MAX_INTERVAL:,}, not {interval!r}"
+            )
         if history_size < 1:
             raise ValueError("history_size must be at least 1")
         self.interval = float(interval)

@@ -97,7 +97,8 @@ def sharding_text(report: Report) -> Text:
         if extra:
             out.append("\n" + " · ".join(extra), style="dim")
     host = report.host_fit
-    if est.host_bytes_per_node and (out or est.host_offloaded_bytes):
+    # shown wherever it is judged (the node's RAM given): the verdict counts it
+    if est.host_bytes_per_node and (out or est.host_offloaded_bytes or host is not None):
         if out:
             out.append("\n")
         out.append("Node RAM needs ", style="dim")
