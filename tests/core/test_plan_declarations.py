@@ -50,7 +50,7 @@ def test_each_method_record_drives_the_rule_of_thumb():
     [
         ("lora_alpha", math.nan, "not a finite number"),
         ("lora_alpha", math.inf, "not a finite number"),
-        ("lora_alpha", 0, "outside above 0"),
+        ("lora_alpha", 0, "is not above 0 and at most"),
         ("lora_dropout", 1.0, "outside 0..0.99"),
         ("seq_len", 2.5, "not a whole number"),
         ("batch", True, "not a number"),

@@ -208,6 +208,9 @@ def test_spec_forms() -> None:
         ("tpu:16GB", "unknown device kind 'tpu'"),
         ("unified:lots", "not a size"),
         ("0GB", "larger than zero"),
+        # the second used to be dropped without a word: the plan judged the first
+        ("h100-80gb,ram:1GB,ram:200GB", "ram: given twice"),
+        ("mac-36GB,wired:27GB,wired:30GB", "wired: given twice"),
     ],
 )
 def test_spec_errors_are_one_line(spec: str, words: str) -> None:

@@ -61,8 +61,9 @@ def test_the_text_answers_in_nodes_and_asks_for_the_ram(capsys):
 
 def test_one_gpus_node_ram_verdict_is_shown_where_it_is_judged(capsys):
     """One GPU, nothing offloaded: the model is still loaded through the node's RAM, and
-    ``ram:`` makes that a verdict --check and --json count; the text and the dashboard say
-    it too, so a failing --check never comes without its reason."""
+    ``ram:`` makes that a verdict --check and --json count; where it is not a plain fit the
+    text and the dashboard say it too, so a failing --check never comes without its reason
+    (ample RAM stays unsaid: tests/app/test_sharding_view.py)."""
     from trainmem.app.widgets.breakdown import sharding_text
 
     args = ["plan", "--model", "7B", "--device", "h100-80gb,ram:1GB"]

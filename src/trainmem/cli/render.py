@@ -10,7 +10,7 @@ from trainmem.cli.output import console, safe
 from trainmem.core.estimator import Estimate
 from trainmem.core.fit import FitResult
 from trainmem.core.units import fmt_bytes, fmt_count
-from trainmem.planner.report import Report, WhatIf
+from trainmem.planner.report import Report, WhatIf, host_matters
 from trainmem.planner.summary import plan_details
 
 BAR_WIDTH = 30
@@ -83,7 +83,7 @@ def render_report(report: Report, out: Console | None = None) -> None:
             f"{fmt_bytes(est.host_offloaded_bytes)}, loading {fmt_bytes(est.host_loading_bytes)}"
             f"); state the node's RAM to judge it (--device {_with_ram(report)})"
         )
-    if host is not None:  # judged whenever the node's RAM is given: --check and --json count it
+    if host is not None and (plan.world > 1 or est.host_offloaded_bytes or host_matters(report)):
         out.print(
             Text.assemble(
                 f"node RAM (usable {fmt_bytes(host.usable_bytes)}) for "

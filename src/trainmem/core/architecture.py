@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from trainmem.core.errors import PlanError
-from trainmem.core.units import fmt_count, shown
+from trainmem.core.units import MAX_COUNT, MIN_COUNT, fmt_count, shown
 
 T = TypeVar("T")
 
@@ -538,7 +538,6 @@ def _dtype_name(value: object) -> str:
     return names.get(value, "bf16") if isinstance(value, str) else "bf16"
 
 
-MIN_COUNT, MAX_COUNT = 10**6, 5 * 10**12  # what a bare count (--model 7B) may ask for
 # Typical decoder shapes by size (Llama 3 / Qwen 2.5 families), used when only a count is given.
 _TYPICAL = (  # (params, hidden, layers)
     (0.1e9, 576, 30),

@@ -30,7 +30,9 @@ _AMBIGUOUS = {"m": (6, 20), "g": (9, 30), "t": (12, 40)}  # decimal and binary e
 _NUMBER = r"(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)"
 _SIZE = re.compile(rf"^({_NUMBER})\s*([a-z]*)$")
 MAX_SIZE = 2**64  # bytes (16 EiB): far beyond any device, small enough to be exact
-MAX_COUNT = 10**15  # parameters (1000T)
+# What a bare count (--model 7B) may ask for: the typical decoder's shape is assumed from it
+# (architecture.spec_from_count), and beyond 5T no published model comes near.
+MIN_COUNT, MAX_COUNT = 10**6, 5 * 10**12
 
 
 class _Short(reprlib.Repr):
@@ -147,6 +149,8 @@ def range_text(low: float | None, high: float | None, low_open: bool = False) ->
 def _range(low: float | None, high: float | None, low_open: bool, *, huge: bool) -> str:
     """What is wrong with a value outside the range; ``huge``: beyond ``MAX_MAGNITUDE``."""
     if low is not None and high is not None:
+        if low_open:  # "0 is outside above 0 and at most 1" reads wrong
+            return f"not {range_text(low, high, low_open)}"
         return f"outside {range_text(low, high, low_open)}"
     if huge:
         return "out of range (beyond ±2^64)"
@@ -224,6 +228,6 @@ def parse_count(text: str) -> int | None:
         raise PlanError(
             "model",
             f"{shown(text)} is too large a parameter count; "
-            "give one up to 1000T, e.g. 7B, 1.5b, 494M or 70e9",
+            "give one from 1M to 5T, e.g. 7B, 1.5b, 494M or 70e9",
         )
     return round(value)

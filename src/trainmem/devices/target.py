@@ -54,6 +54,9 @@ def parse_device_spec(
         raise ValueError(f"empty device in {shown(spec)}; use {ACCEPTED}")
     targets: list[DeviceTarget] = []
     wired: int | None = None
+    for once in ("ram", "wired"):  # one node, one RAM and one working set: a second is a slip
+        if sum(i.rpartition(":")[0].strip().lower() == once for i in items) > 1:
+            raise ValueError(f"{once}: given twice in {shown(spec)}; give it once")
     for item in items:
         kind, _, size_text = item.rpartition(":")
         if kind.strip().lower() == "wired":

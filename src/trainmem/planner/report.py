@@ -296,6 +296,13 @@ def _architecture(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
+def host_matters(report: Report) -> bool:
+    """Whether the node's RAM decides anything for a plan that offloads nothing to it: its
+    verdict is not a plain fit (loading the model through too little RAM), which every
+    front end then shows, since the plan's verdict counts it."""
+    return report.host_fit is not None and report.host_fit.verdict != "fits"
+
+
 def build_report(
     plan: Plan,
     spec: ModelSpec | None = None,

@@ -13,7 +13,7 @@ def plan_details(plan: Plan) -> tuple[str, ...]:
     return (
         plan.method,
         plan.precision,
-        f"seq {plan.seq_len:,} x batch {plan.batch}",
+        f"seq {plan.seq_len:,} x batch {plan.batch:,}",
         f"checkpointing {'on' if plan.grad_ckpt else 'off'}",
         plan.optimizer,
         f"{plan.stack} stack",

@@ -194,6 +194,11 @@ def test_missing_deepspeed_file_names_the_key(tmp_path, monkeypatch):
         ("adapter: lora", "a.yml: lora_target_modules: absent"),
         ("micro_batch_size: four", "a.yml:2: micro_batch_size: 'four' is not a whole number"),
         ("sample_packing: maybe", "a.yml:2: sample_packing: 'maybe' is not true or false"),
+        # axolotl's schema refuses it; it used to be read as "an fsdp: list without fsdp_config"
+        (
+            "fsdp: [full_shard]\nfsdp_config: [1, 2]",
+            "a.yml:3: fsdp_config: [1, 2] is not a mapping",
+        ),
     ],
 )
 def test_one_line_errors(tmp_path, yaml, message):

@@ -73,6 +73,17 @@ def test_zero3_parameter_offload(tmp_path):
     assert plan.unmodelled[0].endswith("(NVMe offload: planned as CPU offload)")
 
 
+def test_nvme_parameters_alone_get_one_note_not_two_that_disagree(tmp_path):
+    plan = read(
+        tmp_path,
+        "z.json",
+        '{"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}}',
+    )
+    assert plan.values["offload"] == "none"
+    (note,) = plan.unmodelled  # was also "NVMe offload: planned as CPU offload"
+    assert "planned as no offload" in note
+
+
 def test_accelerate_deepspeed_plugin(tmp_path):
     plan = read(
         tmp_path,

@@ -22,7 +22,7 @@ from trainmem.core.estimator import Estimate
 from trainmem.core.fit import FitResult
 from trainmem.core.plan import Plan
 from trainmem.core.units import fmt_bytes, fmt_count
-from trainmem.planner.report import Report, WhatIf, download_size
+from trainmem.planner.report import Report, WhatIf, download_size, host_matters
 
 if TYPE_CHECKING:
     from trainmem.core.whatif import Advice
@@ -97,8 +97,9 @@ def sharding_text(report: Report) -> Text:
         if extra:
             out.append("\n" + " · ".join(extra), style="dim")
     host = report.host_fit
-    # shown wherever it is judged (the node's RAM given): the verdict counts it
-    if est.host_bytes_per_node and (out or est.host_offloaded_bytes or host is not None):
+    # one GPU loading through ample RAM needs no line; one whose RAM falls short does, as the
+    # verdict counts it (Report.host_fit)
+    if est.host_bytes_per_node and (out or est.host_offloaded_bytes or host_matters(report)):
         if out:
             out.append("\n")
         out.append("Node RAM needs ", style="dim")

@@ -177,6 +177,12 @@ def fsdp_key(doc: Doc, name: str) -> str:
 
 def _uses_fsdp(doc: Doc) -> bool:
     config = doc.lookup("fsdp_config")
+    if config is not None and not isinstance(config, dict):  # axolotl's schema refuses it
+        raise doc.error(
+            "fsdp_config",
+            f"{shown(config)} is not a mapping of FSDP settings "
+            f"({SCHEMAS}/config.py:1049 fsdp_config: FSDPConfig | None, {FRAMEWORK})",
+        )
     return isinstance(config, dict) and bool(config)
 
 

@@ -169,8 +169,6 @@ def device_at(r: Reading, key: str) -> str:
     device = (doc.text(key) or "none").lower() if doc.lookup(key) != "auto" else "none"
     if device not in _DEVICES:
         raise doc.error(key, f"{shown(device)} is not none, cpu or nvme")
-    if device == "nvme":
-        r.unmodelled_key(key, "NVMe offload: planned as CPU offload")
     return device
 
 
@@ -190,10 +188,13 @@ def set_offload(
     if param != "none" and stage != 3:
         r.unmodelled_key(param_key, f"read by ZeRO-3 only: DeepSpeed ignores it at stage {stage}")
         param = "none"
+    planned = []  # the keys whose offload the plan keeps, for the NVMe note
     if param != "none" and optimizer != "none":
         r.set("offload", "params", param_key)
+        planned = [(optimizer_key, optimizer), (param_key, param)]
     elif optimizer != "none":
         r.set("offload", "optimizer", optimizer_key)
+        planned = [(optimizer_key, optimizer)]
     elif param != "none":
         r.set("offload", "none", param_key)
         r.unmodelled_key(
@@ -204,3 +205,6 @@ def set_offload(
         )
     else:
         r.default("offload", "none", default_source)
+    for key, device in planned:  # said only where it is planned (not beside "no offload")
+        if device == "nvme":
+            r.unmodelled_key(key, "NVMe offload: planned as CPU offload")
