@@ -243,7 +243,7 @@ def _findings(rows: list[dict[str, Any]]) -> list[str]:
     )
     return [
         f"The full fine-tunes' allocated peak, reached at the optimizer step, agrees within "
-        f"{worst:.1f}% on one GPU and on two, and Mixtral's sharded LoRA runs within "
+        f"{worst:.2f}% on one GPU and on two, and Mixtral's sharded LoRA runs within "
         f"{mixtral:.1f}%; Mistral's LoRA and QLoRA rows differ more, where the versions differ "
         "most: transformers 4.48's loss made a contiguous fp32 copy of "
         "the shifted logits (loss/loss_utils.py ForCausalLMLoss), which transformers 5 no "
