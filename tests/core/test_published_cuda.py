@@ -57,3 +57,22 @@ def test_the_runs_that_ran_out_of_memory_are_planned_too_big() -> None:
     out = [r for r in published_cuda.compared() if r["allocated"] is None]
     assert len(out) == 2
     assert all(r["verdict"] == "too big" for r in out)
+
+
+def test_the_estimate_follows_todays_trace_of_the_one_gpu_runs() -> None:
+    """bench/results/measure-cpu-published-versions.json: the runs' step traced with the runs'
+    versions lands on the published peak, and with today's versions on the estimate."""
+    found = published_cuda.traced()
+    rows = {
+        f"{r['run'].method}/1x{r['run'].batch}": r
+        for r in published_cuda.compared()
+        if r["run"].model == published_cuda.MISTRAL and r["run"].gpus == 1
+    }
+    assert {"full/1x4", "full/1x8", "lora/1x4", "lora/1x8"} <= set(found)
+    for case, by_version in found.items():
+        row = rows[case]
+        then = by_version["4.48.1"]["peak_allocated_bytes"]
+        (today,) = (r["peak_allocated_bytes"] for v, r in by_version.items() if v != "4.48.1")
+        assert abs(published_cuda.error(then, row["allocated"])) < 0.5
+        assert abs(published_cuda.error(row["allocated ours"], today)) < 1.0
+    assert any("traced, runs' versions" in line for line in published_cuda.published_cuda_section())

@@ -1,0 +1,142 @@
+"""The published A100 runs' step (bench/accuracy/published_cuda.py) traced on the CPU with the
+library versions the runs used, and with today's: does the tracker reproduce their measured
+peak, and is the estimate's gap the versions'?
+
+    python3 -m venv .published-venv
+    .published-venv/bin/pip install torch==2.13.0 transformers==4.48.1 peft==0.13.2 \
+        accelerate==1.0.1
+    .published-venv/bin/python bench/measure/published_versions.py
+    .venv/bin/python bench/measure/published_versions.py      # today's versions, same file
+
+Each run is the harness's step (harness.run_case, FakeTensor execution: real shapes, no
+data) of Mistral-7B-v0.1 as the one-GPU runs set it up (4,096 tokens, batch 4 and 8, bf16
+weights, checkpointing, foreach AdamW; LoRA r 16 on q/k/v/o, dropout 0.1), its tracked peak
+the quantity ``torch.cuda.max_memory_allocated`` reports. Not traceable here: the two-GPU runs
+(FSDP1 needs a process group per rank), QLoRA (bitsandbytes' 4-bit weights cannot be fake
+tensors) and flash-attention 2 (a CUDA kernel: sdpa runs instead; under checkpointing a
+layer's attention saves live only in its own recompute). Records are kept per version set,
+so the two commands above fill one file.
+
+Under transformers 4.x the harness's transformers 5 calls are adapted to what 4.48.1 does:
+``from_config(torch_dtype=)``, and ``gradient_checkpointing_enable()``, whose default there
+is use_reentrant=True (modeling_utils.py:2539), followed, for a model with frozen weights, by
+``enable_input_require_grads()`` as TRL 0.13's SFTTrainer calls it (trainer/sft_trainer.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# trainmem from this checkout where the venv has the runs' libraries and not trainmem
+sys.path.append(str(Path(__file__).resolve().parents[2] / "src"))
+import harness
+import torch
+import transformers
+
+from trainmem.core.plan import Plan
+
+OUT = Path(__file__).resolve().parents[1] / "results" / "measure-cpu-published-versions.json"
+BASE = Plan(
+    model="Mistral-7B-v0.1",
+    precision="bf16",
+    seq_len=4096,
+    grad_ckpt=True,
+    optimizer="adamw-foreach",
+    attn="sdpa",
+)
+LORA = {"lora_rank": 16, "lora_alpha": 16.0, "lora_dropout": 0.1, "lora_targets": "attention"}
+CASES = {  # id -> (method, batch): the one-GPU rows of published_cuda.RUNS
+    "full/1x4": ("full", 4),
+    "full/1x8": ("full", 8),
+    "lora/1x4": ("lora", 4),
+    "lora/1x8": ("lora", 8),
+}
+
+
+def mistral_v01() -> dict[str, Any]:
+    """The reference entry of Mistral-7B-v0.3 with v0.1's vocabulary (32,000): the two share
+    every other dimension. The sliding window stays off, as flash-attention 2 runs it at
+    4,096 tokens (no mask is materialised)."""
+    entry = dict(harness.load_models()["Mistral-7B-v0.3"])
+    return {**entry, "name": "Mistral-7B-v0.1", "vocab_size": 32000}
+
+
+def as_transformers_4() -> None:
+    """The harness's transformers 5 calls, as transformers 4.48 makes them (module doc)."""
+
+    def from_config(config: Any, dtype: torch.dtype, attn: str) -> torch.nn.Module:
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_config(config, attn_implementation=attn, torch_dtype=dtype)
+
+    def enable_gc(model: torch.nn.Module) -> None:
+        model.gradient_checkpointing_enable()  # type: ignore[operator]
+        if not all(p.requires_grad for p in model.parameters()):
+            model.enable_input_require_grads()  # type: ignore[operator]
+
+    harness._from_config = from_config
+    harness._enable_gc = enable_gc
+
+
+def versions() -> dict[str, str]:
+    import peft
+
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    if int(transformers.__version__.split(".")[0]) < 5:
+        as_transformers_4()
+    entry, found = mistral_v01(), versions()
+    print(f"versions {found}; {platform.platform()}", flush=True)
+    records = []
+    for case, (method, batch) in CASES.items():
+        fields = {"method": method, "batch": batch, **(LORA if method == "lora" else {})}
+        plan = dataclasses.replace(BASE, **fields)  # type: ignore[arg-type]
+        start = time.perf_counter()
+        rec = harness.run_case(entry, plan, "fake")
+        if "error" in rec:
+            raise SystemExit(f"{case}: {rec['error']}")
+        measured = rec["measured"]
+        records.append(
+            {
+                "id": case,
+                "versions": found,
+                "peak_allocated_bytes": measured["peak_allocated_bytes"],
+                "peak_phase": measured["peak_phase"],
+                "peak_op": measured["peak_op"],
+                "adapter_dtype": measured.get("adapter_dtype"),
+            }
+        )
+        print(
+            f"{case}: {measured['peak_allocated_bytes']:,} bytes at {measured['peak_op']} "
+            f"({time.perf_counter() - start:.0f} s)",
+            flush=True,
+        )
+    kept = json.loads(args.out.read_text())["records"] if args.out.exists() else []
+    kept = [r for r in kept if r["versions"] != found]  # other version sets stay
+    doc = {
+        "kind": "published-versions",
+        "command": "bench/measure/published_versions.py (see its docstring)",
+        "records": kept + records,
+    }
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
