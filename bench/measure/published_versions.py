@@ -11,7 +11,9 @@ peak, and is the estimate's gap the versions'?
 Each run is the harness's step (harness.run_case, FakeTensor execution: real shapes, no
 data) of Mistral-7B-v0.1 as the one-GPU runs set it up (4,096 tokens, batch 4 and 8, bf16
 weights, checkpointing, foreach AdamW; LoRA r 16 on q/k/v/o, dropout 0.1), its tracked peak
-the quantity ``torch.cuda.max_memory_allocated`` reports. Not traceable here: the two-GPU runs
+the quantity ``torch.cuda.max_memory_allocated`` reports; then two steps traced allocation by
+allocation (trace_events.trace) and run through the simulated allocator, for what it
+reserves. Not traceable here: the two-GPU runs
 (FSDP1 needs a process group per rank), QLoRA (bitsandbytes' 4-bit weights cannot be fake
 tensors) and flash-attention 2 (a CUDA kernel: sdpa runs instead; under checkpointing a
 layer's attention saves live only in its own recompute). Records are kept per version set,
@@ -38,10 +40,15 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parents[2] / "src"))
 import harness
 import torch
+import trace_events
 import transformers
 
+from trainmem.core.allocator import simulate
+from trainmem.core.device_peak import with_workspaces
 from trainmem.core.plan import Plan
+from trainmem.core.runtime import built_in_figures
 
+A100_BYTES = 80 * 2**30  # the runs' A100 80 GB
 OUT = Path(__file__).resolve().parents[1] / "results" / "measure-cpu-published-versions.json"
 BASE = Plan(
     model="Mistral-7B-v0.1",
@@ -85,6 +92,21 @@ def as_transformers_4() -> None:
     harness._enable_gc = enable_gc
 
 
+def traced_reserve(entry: dict[str, Any], plan: Plan) -> tuple[int, int, bool]:
+    """What the simulated allocator reserves for two traced steps of ``plan`` (every
+    storage's allocation and free in order, trace_events.trace), with an A100's cuBLAS and
+    cuBLASLt workspaces added where the loaded model ends, as the estimate adds them: with
+    no limit, and within the A100 less the built-in CUDA context (where PyTorch frees its
+    cached segments and retries before failing), and whether it failed there."""
+    tracker, _facts = trace_events.trace(entry, plan, "fake")
+    loaded = next(i for i, where in enumerate(tracker.where) if where.startswith("step 1"))
+    events = with_workspaces(tracker.events, loaded, "ampere")
+    capacity = A100_BYTES - built_in_figures("A100").context_bytes
+    within = simulate(events, capacity=capacity, device_total=A100_BYTES, peak_segments=False)
+    unlimited = simulate(events, peak_segments=False).peak_reserved
+    return unlimited, within.peak_reserved, within.oom is not None
+
+
 def versions() -> dict[str, str]:
     import peft
 
@@ -112,6 +134,7 @@ def main() -> None:
         if "error" in rec:
             raise SystemExit(f"{case}: {rec['error']}")
         measured = rec["measured"]
+        reserved, on_a100, failed = traced_reserve(entry, plan)
         records.append(
             {
                 "id": case,
@@ -120,11 +143,15 @@ def main() -> None:
                 "peak_phase": measured["peak_phase"],
                 "peak_op": measured["peak_op"],
                 "adapter_dtype": measured.get("adapter_dtype"),
+                "traced_reserved_bytes": reserved,
+                "traced_reserved_on_a100_bytes": on_a100,
+                "traced_oom_on_a100": failed,
             }
         )
         print(
-            f"{case}: {measured['peak_allocated_bytes']:,} bytes at {measured['peak_op']} "
-            f"({time.perf_counter() - start:.0f} s)",
+            f"{case}: {measured['peak_allocated_bytes']:,} bytes at {measured['peak_op']}, "
+            f"the traced sequence reserves {reserved:,}, on an A100 {on_a100:,}"
+            f"{' (fails)' if failed else ''} ({time.perf_counter() - start:.0f} s)",
             flush=True,
         )
     kept = json.loads(args.out.read_text())["records"] if args.out.exists() else []
