@@ -316,9 +316,9 @@ def traced_section(rows: list[dict[str, Any]]) -> list[str]:
             "LoRA, where a CPU trace misses what CUDA kernels allocate and free inside "
             "themselves (flash-attention 2's backward scratch, cuBLAS's) and the context is a "
             "typical figure, not this one. "
-            "The estimate's synthetic sequence holds "
-            f"{gap:.1f} GB less than the traced one there: a full fine-tune's sequence "
-            "fragments more than the synthetic one does, a lead for core/step_events.py. At "
+            "The estimate's synthetic sequence, whose foreach AdamW temporaries come one per "
+            "parameter as torch makes them (core/step_events.py), reserves "
+            f"{abs(gap):.1f} GB {'less' if gap > 0 else 'more'} than the traced one there. At "
             "batch 8 the traced sequence reaches the A100's limit, where the simulated "
             "allocator frees its cached segments and retries; the run showed less in use. "
             "Only a GPU run says whether its peak came between two of nvidia-smi's polls.",

@@ -164,6 +164,19 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
     grad_layer = split(s.grad_layer, shapes.layer) if s.grad_layer else []
     inflight = s.grad_layer if s.grad_inflight < 0 else s.grad_inflight
     optimizer = split(s.states.optimizer, [1] * (2 * max(1, layers)))
+    # Foreach AdamW's temporaries one per trained parameter, shaped as the gradients
+    # (torch 2.13 torch/optim/adamw.py _multi_tensor_adamw: _foreach_sqrt(exp_avg_sqs)). As
+    # one lump, once freed, it served step 2's logits, which the real step's per-parameter
+    # blocks cannot: traced, Mistral-7B's full fine-tune reserves 2.1 GB more in each of step
+    # 2's forward and backward (bench/accuracy/published_cuda.py).
+    per_param = [s.grad_embed, *(grad_layer * layers), s.grad_head]
+    if sum(per_param) <= 0:
+        per_param = [1] * max(1, layers)
+    temps = (
+        split(s.states.optimizer_temp, per_param)
+        if plan.optimizer == "adamw-foreach"
+        else [s.states.optimizer_temp]
+    )
     moments: list[dict[str, int]] = []
     kept = _activation_tensors(s.kept_per_layer, shapes, element)
     recompute = _activation_tensors(s.recompute, shapes, element)
@@ -295,9 +308,9 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
         b.swap("gathered", s.gathered.step)
         if number == 0:
             b.allocs("optimizer", optimizer)
-        b.alloc("optimizer temp", s.states.optimizer_temp)
+        b.allocs("optimizer temp", temps)
         at["optimizer step"] = len(b.events) - 1
-        b.free("optimizer temp")
+        b.frees("optimizer temp", len(temps))
         b.free("gathered")
         for key in [key for key in b.live if _is_grad(key) and key != "buckets"]:
             b.free(key)
