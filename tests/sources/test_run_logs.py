@@ -56,6 +56,7 @@ def test_a_missing_file_is_one_clear_line(tmp_path: Path):
         ('{"kind": "run", "form', "no complete line yet"),
         ("not json\n", "line 1 is not a JSON object"),
         ('{"kind": "step", "step": 1}\n', "line 1 is not a run record"),
+        ("\n  \n\n", "holds only blank lines"),  # not "line 1 is not a run record"
         ('{"format": 2, "kind": "run"}\n', "format 2, written by a newer trainmem"),
         ('{"format": "1", "kind": "run"}\n', "is not a format number"),
     ],

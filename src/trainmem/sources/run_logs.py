@@ -390,6 +390,7 @@ class RunLogTail:
         self._problems: list[str] = []
         self._bad = 0
         self._ended = False
+        self._texts = 0  # lines that are not blank
 
     @property
     def more(self) -> bool:
@@ -409,6 +410,10 @@ class RunLogTail:
                 raise RunLogError(f"run log {files.show(self.path)} is empty (no step yet?)")
             if self._lines.number == 0:  # the run record is still being written
                 raise RunLogError(f"run log {files.show(self.path)} has no complete line yet")
+            if not self._texts:
+                raise RunLogError(
+                    f"run log {files.show(self.path)} holds only blank lines (no run record yet?)"
+                )
             raise RunLogError(
                 f"run log {files.show(self.path)}: line 1 is not a run record "
                 "(not a trainmem probe log?)"
@@ -428,6 +433,7 @@ class RunLogTail:
     def _take(self, number: int, line: bytes) -> None:
         if not line.strip():
             return
+        self._texts += 1
         rec = None
         if line.lstrip()[:1] == b"{" or line.startswith(b"\xef\xbb\xbf"):  # else no object
             with contextlib.suppress(ValueError, RecursionError):
