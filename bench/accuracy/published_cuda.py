@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainmem.core.estimator import estimate
+from trainmem.core.estimator import estimate, outside_allocator
 from trainmem.core.fit import judge_fit
 from trainmem.core.plan import Plan
 from trainmem.devices.presets import resolve_preset
@@ -149,9 +149,7 @@ def compared() -> tuple[dict[str, Any], ...]:
                 "allocated ours": est.allocated_bytes,
                 "used": run.used_mib * MIB,
                 "device ours": est.device_bytes,
-                # what the device peak adds outside the simulated allocator (the context)
-                "runtime ours": est.device_bytes
-                - (est.device_peak.reserved if est.device_peak else 0),
+                "runtime ours": outside_allocator(est),  # the context (and NCCL's buffers)
                 "verdict": judge_fit(est.judged_bytes, DEVICE, gpu.usable_bytes).verdict,
             }
         )

@@ -27,12 +27,8 @@ from trainmem.devices.fakes import FakeGpu, FakeNvml, FakeProc, FakePsutil, eigh
 # Runs the command the way main.py wires it, without needing the other subcommands.
 SCRIPT = """
 import sys
-from trainmem.cli.parser import Parser
-from trainmem.cli import devices_cmd
-parser = Parser(prog="trainmem-tui")
-devices_cmd.add_parser(parser.add_subparsers(dest="command", parser_class=Parser))
-args = parser.parse_args(sys.argv[1:])
-raise SystemExit(args.run(args))
+from trainmem.cli.main import main  # the command as it runs: stdout failures are main's
+raise SystemExit(main(sys.argv[1:]))
 """
 
 

@@ -80,7 +80,7 @@ class UsageError(Exception):
 
 
 class WriteError(Exception):
-    """The log or stdout could not be written: one line on stderr, exit 1."""
+    """The log could not be written: one line on stderr, exit 1 (stdout: trainmem.cli.main)."""
 
 
 # The one call that writes the log: tests replace it to fill the disk.
@@ -242,16 +242,12 @@ def run(args: argparse.Namespace) -> int:
             snap = _make_sampler(args, None).sample_once()
             if log is not None:
                 log.write(snap)
-            try:
-                if args.json:
-                    sys.stdout.write(dumps(snap.to_json(), indent=2) + "\n")
-                else:
-                    _print_table(snap, prometheus=getattr(args, "prometheus", None))
-                sys.stdout.flush()
-            except BrokenPipeError:
-                raise
-            except OSError as err:
-                raise _stdout_error(err) from None
+            # a failed write to stdout is trainmem.cli.main's to report, as for every command
+            if args.json:
+                sys.stdout.write(dumps(snap.to_json(), indent=2) + "\n")
+            else:
+                _print_table(snap, prometheus=getattr(args, "prometheus", None))
+            sys.stdout.flush()
             if getattr(args, "prometheus", None) and all(d.unavailable for d in snap.devices):
                 # A script asking the cluster should not take "nothing readable" for an answer.
                 reason = snap.devices[0].unavailable if snap.devices else "no devices"
@@ -287,34 +283,6 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def _out(text: str) -> None:
-    try:
-        sys.stdout.write(text)
-    except BrokenPipeError:
-        raise
-    except OSError as err:
-        raise _stdout_error(err) from None
-
-
-def _flush_stdout() -> None:
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as err:
-        raise _stdout_error(err) from None
-
-
-def _stdout_error(err: OSError) -> WriteError:
-    """The error for a failed write to stdout (`> /dev/full`). stdout is pointed at /dev/null
-    first, so the flush at exit cannot fail again and print a second message."""
-    with contextlib.suppress(OSError, ValueError):
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, sys.stdout.fileno())
-        os.close(fd)
-    return WriteError(f"cannot write to stdout: {err.strerror or err}")
-
-
 # -- --watch ---------------------------------------------------------------------------------
 
 
@@ -332,12 +300,12 @@ def _watch(args: argparse.Namespace, log: _Log | None, stop: threading.Event) ->
             if log is not None:
                 log.write(snap, written)
             if args.json:
-                _out(dumps(snap.to_json(), separators=(",", ":")) + "\n")
+                sys.stdout.write(dumps(snap.to_json(), separators=(",", ":")) + "\n")
             else:
                 text = io.StringIO()
                 _print_compact(snap, header=written == 0, out=text)
-                _out(text.getvalue())
-            _flush_stdout()
+                sys.stdout.write(text.getvalue())
+            sys.stdout.flush()
             written += 1
     finally:
         # A source still stuck loading its driver is left on its daemon thread: the command
@@ -411,7 +379,7 @@ def _presets(args: argparse.Namespace) -> int:
             }
             for t in presets
         ]
-        _out(dumps({"presets": rows}, indent=2) + "\n")
+        sys.stdout.write(dumps({"presets": rows}, indent=2) + "\n")
     else:
         width = max(len(t.name) for t in presets)
         lines = [f"{'preset':{width}}  {'kind':7}  {'total':>8}  {'GiB':>5}  {'usable':>8}  names"]
@@ -425,8 +393,8 @@ def _presets(args: argparse.Namespace) -> int:
             "GB = 10^9 bytes. A GPU's total is what NVML reports; usable is what a run may plan",
             "against (3/4 of unified memory). A size works too: --device 24GiB, unified:36GB.",
         ]
-        _out("\n".join(lines) + "\n")
-    _flush_stdout()
+        sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
     return 0
 
 

@@ -11,7 +11,7 @@ Ctrl+C ends every command without a traceback, at any moment, start-up included:
 * `devices --watch` handles SIGINT and SIGTERM itself: the user stopping it exits 0.
 
 A failed write to stdout (``> /dev/full``, stdout closed with ``>&-``) ends every command
-with one line on stderr and status 1, as `devices` has always said it; a closed pipe
+with one line on stderr and status 1; a closed pipe
 (``trainmem-tui run-report --json | head``) ends every command quietly with
 status 141 (128 + SIGPIPE, as a shell reports a command ended by it): stdout is flushed before
 ``main`` returns, so a closed reader is found here and not at the interpreter's exit, where
@@ -35,12 +35,12 @@ if TYPE_CHECKING:
 SUBCOMMANDS = ("plan", "devices", "run-report", "calibrate", "replay")
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl+C
 PIPE_CLOSED = 141  # 128 + SIGPIPE
-UNWRITABLE = 1  # stdout cannot be written (devices' WriteError status)
+UNWRITABLE = 1  # stdout cannot be written (as `devices` exits for a log it cannot write)
 
 
 class _Stdout:
-    """sys.stdout for a subcommand, remembering the write that failed: a command may catch it
-    (devices words its own), and what reaches ``main`` is told from any other OSError."""
+    """sys.stdout for a subcommand, remembering the write that failed, so that the OSError
+    reaching ``main`` is told from any other."""
 
     def __init__(self, stream: object) -> None:
         self._stream = stream
@@ -94,8 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # commands.
         if args and (args[0] in SUBCOMMANDS or args[0] == "--version"):
             if sys.stdout is None:  # started with stdout closed (`>&-`)
-                sys.stderr.write(f"trainmem-tui {args[0]}: error: cannot write to stdout: closed\n")
-                return UNWRITABLE
+                return _unwritable(args[0], "closed")
             stdout = sys.stdout = _Stdout(sys.stdout)  # type: ignore[assignment]
             try:
                 ns = build_parser(args[0] if args[0] in SUBCOMMANDS else None).parse_args(args)
@@ -111,11 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if stdout.failed is not err:
                     raise
                 _silence_stdout()  # the flush at exit must not fail again
-                reason = err.strerror or str(err)
-                sys.stderr.write(
-                    f"trainmem-tui {args[0]}: error: cannot write to stdout: {reason}\n"
-                )
-                return UNWRITABLE
+                return _unwritable(args[0], err.strerror or str(err))
             finally:
                 sys.stdout = stdout._stream  # type: ignore[assignment]
         # No subcommand: the dashboard, which takes the plan flags too. Imported lazily so the
@@ -135,6 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _interrupted = _raising = False  # this run is over (tests call main() many times)
         if restore is not None:
             restore()
+
+
+def _unwritable(command: str, reason: str) -> int:
+    sys.stderr.write(f"trainmem-tui {command}: error: cannot write to stdout: {reason}\n")
+    return UNWRITABLE
 
 
 def _silence_stdout() -> None:
