@@ -110,6 +110,18 @@ def test_refs_main_wins_over_a_newer_snapshot(tmp_path, monkeypatch):
         resolve_model("acme/tiny@v9")  # never another snapshot for an unknown revision
 
 
+def test_a_catalogue_id_at_a_revision_is_looked_up_not_pinned(tmp_path, monkeypatch):
+    """The catalogue holds one revision: another is the cache's or the download's, and where
+    neither has it the error says so (not 'unknown model' for a catalogue id)."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("TRAINMEM_CACHE_DIR", str(tmp_path / "downloads"))
+    with pytest.raises(PlanError, match=r"at revision 'v2' is neither in the Hugging Face cache"):
+        resolve_model("Qwen/Qwen2.5-7B@v2")
+    write_cached(tmp_path, "Qwen/Qwen2.5-7B", NEW_SHA, CONFIG, refs=("v2",))
+    assert resolve_model("Qwen/Qwen2.5-7B@v2").source == "hf-cache"
+    assert resolve_model("Qwen/Qwen2.5-7B").source == "catalogue"
+
+
 def test_cached_ids_need_a_config_at_main(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     write_cached(tmp_path, "acme/tiny", OLD_SHA, CONFIG)

@@ -122,6 +122,13 @@ def resolve_model(text: str) -> ModelSpec:
             return spec_from_folder(downloaded, text, "downloaded")
     if path.suffix == ".json" or text.startswith((".", "/", "~")) or hf_id.count("/") > 1:
         raise PlanError("model", f"no such file: {files.show(text)}")
+    if revision is not None and catalog.find(hf_id) is not None:
+        raise PlanError(
+            "model",
+            f"{files.show(hf_id)} at revision {files.show(revision)!r} is neither in the "
+            "Hugging Face cache nor downloaded; the catalogue holds one revision's config "
+            "(drop the revision to use it, or add --download)",
+        )
     close = difflib.get_close_matches(text, catalog.names(), n=3, cutoff=0.5)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     raise PlanError(

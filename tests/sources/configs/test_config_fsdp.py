@@ -30,6 +30,10 @@ def test_axolotl_fsdp_config(tmp_path):
 def test_axolotl_fsdp_defaults(tmp_path):
     plan = read(tmp_path, "fsdp.yml", "base_model: Qwen/Qwen2.5-7B\nfsdp_config: {}\n")
     assert "strategy" not in plan.values  # an empty fsdp_config is not FSDP
+    words = "base_model: Qwen/Qwen2.5-7B\nfsdp: [full_shard]\nfsdp_config: {}\n"
+    plan = read(tmp_path, "fsdp.yml", words)  # beside an fsdp: list it is, with defaults
+    assert (plan.values["strategy"], plan.values["fsdp_version"]) == ("fsdp", 1)
+    assert not any("without fsdp_config" in u for u in plan.unmodelled)
     plan = read(
         tmp_path, "fsdp.yml", "base_model: Qwen/Qwen2.5-7B\nfsdp_config:\n  offload_params: false\n"
     )

@@ -246,7 +246,24 @@ def test_an_option_that_needs_a_value_given_bare_is_one_line(option):
     """HfArgumentParser refuses it; read as True it planned a model named 'True', or no
     DeepSpeed at all."""
     text = f"python train.py --model_name_or_path x/y --per_device_train_batch_size 2 {option}"
-    assert f"{option} is given without a value" in command_error(text)
+    assert f"{option}: is given without a value" in command_error(text)
+
+
+def test_a_bad_option_is_named_by_the_flag_that_gave_it(tmp_path):
+    """A command line's option is --from-args' (not '--from: --from-args: ...'); a file's key
+    stays --from's, with its line, also where a command line names the file."""
+    text = "trl sft --model_name_or_path x/y --per_device_train_batch_size 1.5"
+    assert command_error(text) == (
+        "--from-args: --per_device_train_batch_size: '1.5' is not a whole number"
+    )
+    (tmp_path / "ok.yaml").write_text("model_name_or_path: x/y\n")
+    over = f"trl sft --config {tmp_path / 'ok.yaml'} --per_device_train_batch_size 1.5"
+    assert command_error(over).startswith("--from-args: --per_device_train_batch_size: ")
+    (tmp_path / "sft.yaml").write_text("model_name_or_path: x/y\nmax_length: 1.5\n")
+    in_file = f"trl sft --config {tmp_path / 'sft.yaml'}"
+    assert command_error(in_file).startswith("--from: ") and "sft.yaml:2: max_length" in (
+        command_error(in_file)
+    )
 
 
 def test_an_empty_from_path_names_no_file_not_the_current_folder():

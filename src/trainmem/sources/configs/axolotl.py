@@ -183,7 +183,11 @@ def _uses_fsdp(doc: Doc) -> bool:
             f"{shown(config)} is not a mapping of FSDP settings "
             f"({SCHEMAS}/config.py:1049 fsdp_config: FSDPConfig | None, {FRAMEWORK})",
         )
-    return isinstance(config, dict) and bool(config)
+    # FSDP is set up where `cfg.fsdp or cfg.fsdp_config` (utils/trainer.py:664-666
+    # prepare_optim_env, core/builders/base.py:684): an empty mapping alone is not FSDP, but
+    # beside an fsdp: list it is (its settings then the defaults). A list without any
+    # fsdp_config fails in setup_fsdp_envs (cfg.fsdp_config.activation_checkpointing on None).
+    return isinstance(config, dict) and (bool(config) or bool(doc.names("fsdp")))
 
 
 def _fsdp(r: Reading) -> None:

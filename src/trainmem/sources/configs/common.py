@@ -53,7 +53,10 @@ class Doc:
         return f"{self.name}:{line}" if line else self.name
 
     def error(self, key: str, message: str) -> PlanError:
-        return PlanError(FIELD, f"{self.where(key)}: {key}: {message}")
+        where = self.where(key)
+        if where.startswith("--"):  # a command line's option: that flag names it, not --from
+            return PlanError(where, f"--{key}: {message}")
+        return PlanError(FIELD, f"{where}: {key}: {message}")
 
     def has(self, key: str) -> bool:
         return self.lookup(key) is not None
@@ -75,7 +78,7 @@ class Doc:
         reads as True (a switch), which HfArgumentParser refuses for any field but a bool."""
         value = self.lookup(key)
         if value is True and (self.command or key.split(".", 1)[0] in self.shown_as):
-            raise self.error(key, f"--{key} is given without a value")
+            raise self.error(key, "is given without a value")
         return value
 
     def text(self, key: str) -> str | None:
