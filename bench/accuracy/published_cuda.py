@@ -33,9 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainmem.core.estimator import estimate, outside_allocator
+from trainmem.core.allocator import Alloc, simulate
+from trainmem.core.device_peak import with_workspaces
+from trainmem.core.estimator import estimate, outside_allocator, step_sizes
 from trainmem.core.fit import judge_fit
 from trainmem.core.plan import Plan
+from trainmem.core.step_events import step_events
 from trainmem.devices.presets import resolve_preset
 from trainmem.sources import catalog
 
@@ -154,6 +157,20 @@ def compared() -> tuple[dict[str, Any], ...]:
             }
         )
     return tuple(rows)
+
+
+def one_stream_device(row: dict[str, Any]) -> int:
+    """The row's device peak were every tensor allocated on the default stream: the plan's
+    sequence with its streams dropped, through the same simulation."""
+    p = plan(row["run"])
+    entry = catalog.find(p.model)
+    assert entry is not None
+    spec = entry.spec()
+    built = step_events(p, spec, step_sizes(p, spec))
+    family = estimate(p, spec).runtime_figures.gpu_family
+    sequence = with_workspaces(built.events, built.loaded, family)
+    flat = [Alloc(e.id, e.size) if isinstance(e, Alloc) else e for e in sequence]
+    return int(simulate(flat, peak_segments=False).peak_reserved + row["runtime ours"])
 
 
 def measured(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -344,6 +361,7 @@ def _findings(rows: list[dict[str, Any]]) -> list[str]:
     sharded = [r for r in full if r["run"].gpus > 1]
     held = ", ".join(f"{over(r)[0]:.1f} GB (batch {r['run'].batch})" for r in sharded)
     ours = ", ".join(f"{over(r)[1]:.1f}" for r in sharded)
+    one = ", ".join(f"{(one_stream_device(r) - r['allocated ours']) / 1e9:.1f}" for r in sharded)
     worst = max(abs(error(r["allocated ours"], r["allocated"])) for r in full)
     mixtral = max(
         abs(error(r["allocated ours"], r["allocated"])) for r in rows if r["run"].model == MIXTRAL
@@ -357,14 +375,15 @@ def _findings(rows: list[dict[str, Any]]) -> list[str]:
         "longer makes; on one GPU TRL 0.13 cast the embedding and head back to bf16 after "
         "the k-bit preparation (trainer/utils.py peft_module_casting_to_bf16), and for a "
         "sharded QLoRA made the adapters bf16 (sft_trainer.py, autocast_adapter_dtype="
-        "False). The device peak is under on most rows, "
-        "and far under where FSDP1 shards a full fine-tune: the GPUs held "
-        f"{held} beyond the tensors' peak, the simulation {ours} GB. FSDP1 gathers "
-        "parameters on a stream of its own and reduce-scatters gradients into tensors "
-        "allocated on another (torch 2.13 distributed/fsdp/_runtime_utils.py: _unshard, "
-        "_reduce_grad), and PyTorch's allocator keeps the blocks each stream frees in that "
-        "stream's pool; the simulated sequence runs every tensor on one stream. That is a "
-        "lead, not a measured cause. One GPU's full fine-tune held "
+        "False). The device peak is under on most rows. Where FSDP1 shards a full "
+        f"fine-tune the GPUs held {held} beyond the tensors' peak; the simulation holds "
+        f"{ours} GB, and {one} GB with every tensor in one stream's pool. FSDP1 allocates "
+        "its all-gathered parameters under its unshard stream and the sharded gradients "
+        "under its post-backward stream (torch 2.13 distributed/fsdp/_runtime_utils.py "
+        "_unshard, _reduce_grad), and PyTorch's allocator caches a freed block for requests "
+        "on its own stream only, so the activations cannot reuse those blocks "
+        "(core/step_events.py _streams). That is derived from source, since a CPU trace has "
+        "no streams, and these two runs are its only check. One GPU's full fine-tune held "
         f"{over(single[0])[0]:.1f} GB (batch {single[0]['run'].batch}) and "
         f"{over(single[1])[0]:.1f} GB (batch {single[1]['run'].batch}) beyond its tensors: "
         "more at the smaller batch, the non-monotone reserve the section above shows. Only a "

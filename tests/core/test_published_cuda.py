@@ -42,6 +42,18 @@ def test_full_fine_tunes_allocated_peak_matches_the_published_one(gpus: int) -> 
         assert abs(published_cuda.error(r["allocated ours"], r["allocated"])) < 1.0
 
 
+def test_fsdp1_device_peak_holds_each_streams_cache() -> None:
+    """What the two GPUs held in FSDP1's full fine-tunes: within 5% once the all-gathers and
+    the sharded gradients keep blocks in their own streams' pools (core/step_events.py
+    _streams); on one stream the simulation was 10% and 20% under."""
+    rows = [
+        r for r in published_cuda.compared() if r["run"].method == "full" and r["run"].gpus == 2
+    ]
+    assert len(rows) == 2
+    for r in rows:
+        assert abs(published_cuda.error(r["device ours"], r["used"])) < 5.0
+
+
 def test_the_section_lists_every_run_and_what_it_leaves_out() -> None:
     section = published_cuda.published_cuda_section()
     table = [line for line in section if line.startswith(("| Mistral-7B", "| Mixtral-8x7B"))]

@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from trainmem.core.alloc_conf import K_LARGE_BUFFER, parse_alloc_conf
-from trainmem.core.allocator import Alloc, Free
+from trainmem.core.allocator import Alloc, Free, simulate
 from trainmem.core.device_peak import (
     CUBLAS_WORKSPACE,
     CUBLAS_WORKSPACE_32MB,
@@ -22,7 +22,7 @@ from trainmem.core.device_peak import (
 from trainmem.core.errors import PlanError
 from trainmem.core.estimator import estimate, step_sizes
 from trainmem.core.plan import Plan
-from trainmem.core.step_events import split, step_events
+from trainmem.core.step_events import REDUCE_STREAM, UNSHARD_STREAM, split, step_events
 from trainmem.sources import catalog
 
 QWEN = "Qwen/Qwen2.5-0.5B"
@@ -99,6 +99,45 @@ def test_step_one_has_no_optimizer_state_until_its_optimizer_step():
     first = built.moments[0]
     assert _live(built.events, first["forward"]) == est.phases["forward"] - optimizer
     assert _live(built.events, first["optimizer step"]) == est.phases["optimizer step"]
+
+
+def _streams_of(plan: Plan) -> dict[str, set[int]]:
+    """The streams each kind of tensor of ``plan``'s sequence is allocated on."""
+    plan = plan.validated()
+    spec = _spec(plan)
+    out: dict[str, set[int]] = {}
+    for event in step_events(plan, spec, step_sizes(plan, spec)).events:
+        if isinstance(event, Alloc):
+            name = event.id[0] if isinstance(event.id, tuple) else event.id
+            name = name[0] if isinstance(name, tuple) else name
+            out.setdefault(str(name), set()).add(event.stream)
+    return out
+
+
+def test_fsdp_collectives_allocate_on_their_own_streams():
+    """FSDP1 gathers on its unshard stream and reduce-scatters into sharded gradients on its
+    post-backward stream; FSDP2 only the latter (its unsharded parameters are the default
+    stream's); everything else, and every other layout, on the default stream."""
+    fsdp1 = _streams_of(replace(CASES["fsdp"], fsdp_version=1))
+    assert fsdp1["gathered"] == {UNSHARD_STREAM} and fsdp1["grad"] == {REDUCE_STREAM}
+    assert REDUCE_STREAM in fsdp1["grad root"]  # the root's reduced shard
+    assert fsdp1["kept"] == fsdp1["inflight"] == fsdp1["optimizer"] == {0}
+    fsdp2 = _streams_of(CASES["fsdp"])
+    assert fsdp2["gathered"] == {0} and fsdp2["grad"] == {REDUCE_STREAM}
+    for name in ("ddp", "zero-3", "lora"):
+        assert set().union(*_streams_of(CASES[name]).values()) == {0}, name
+    no_shard = _streams_of(replace(CASES["fsdp"], fsdp="no-shard", fsdp_version=1))
+    assert set().union(*no_shard.values()) == {0}
+
+
+def test_per_stream_pools_reserve_more_than_one_shared_pool():
+    """The same sequence on one stream lets activations reuse the gradients' and gathered
+    weights' cached blocks, which PyTorch's per-stream pools do not."""
+    plan = replace(CASES["fsdp"], fsdp_version=1).validated()
+    spec = _spec(plan)
+    events = step_events(plan, spec, step_sizes(plan, spec)).events
+    one_stream = [Alloc(e.id, e.size) if isinstance(e, Alloc) else e for e in events]
+    assert simulate(events).peak_reserved > simulate(one_stream).peak_reserved
 
 
 def test_split_is_exact_and_proportional():
