@@ -16,7 +16,7 @@ accuracy:
 	./scripts/install.sh && .venv/bin/python bench/accuracy/compare.py \
 		bench/results/measure-cpu.json bench/results/measure-cpu-moe.json \
 		bench/results/trace-cpu.json bench/results/trace-cpu-moe.json \
-		bench/results/trace-cpu-sweep.json \
+		bench/results/trace-cpu-sweep.json bench/results/trace-cpu-qlora.json \
 		bench/results/measure-cpu-stacks.json bench/results/measure-cpu-nodq.json \
 		bench/results/measure-cpu-real-stacks.json bench/results/measure-cpu-sharded.json \
 		bench/results/measure-cpu-sharded-mp.json bench/results/measure-cpu-mlx.json \

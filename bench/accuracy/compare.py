@@ -465,7 +465,9 @@ def trace_section(rows: list[dict[str, Any]]) -> list[str]:
         "on, of the real transformers / PEFT step on a CPU (small random Llama and Qwen2 "
         "models run for real, real sizes as FakeTensor runs of the same code, mixture-of-"
         "experts models too: transformers 5 runs their experts through grouped_mm, whose "
-        "shapes need no routing; `--subset moe`). Both sequences "
+        "shapes need no routing; `--subset moe`; QLoRA too, bitsandbytes' 4-bit load on "
+        "fake tensors, trainmem.probe.fake4bit, whose steps match a real load's in "
+        "tests/measure/test_fake_qlora.py; `--subset qlora`). Both sequences "
         "run through the same simulator (default `PYTORCH_CUDA_ALLOC_CONF`); error = "
         "(synthetic - traced) / traced peak reserved. Fragmentation: reserved but holding "
         "no block at the moment the reserve peaks; the two sequences may reach their peaks at "
@@ -493,9 +495,15 @@ def trace_section(rows: list[dict[str, Any]]) -> list[str]:
         if subset:
             s = summarize(subset, ["ours"])["ours"]
             lines.append(f"| {execution} | {s['n']} | {s['median']:.2f}% | {s['worst']:.2f}% |")
-    if moe := [r for r in rows if r["moe"]]:
-        s = summarize(moe, ["ours"])["ours"]
-        lines.append(f"| of which MoE | {s['n']} | {s['median']:.2f}% | {s['worst']:.2f}% |")
+    for label, part in (
+        ("MoE", [r for r in rows if r["moe"]]),
+        ("QLoRA", [r for r in rows if r["plan"].method == "qlora"]),
+    ):
+        if part:
+            s = summarize(part, ["ours"])["ours"]
+            lines.append(
+                f"| of which {label} | {s['n']} | {s['median']:.2f}% | {s['worst']:.2f}% |"
+            )
     s = summarize(rows, ["ours"])["ours"]
     lines += [
         f"| all | {s['n']} | {s['median']:.2f}% | {s['worst']:.2f}% |",

@@ -268,15 +268,24 @@ def lora_config(plan: TrainmemPlan, modules_to_save: list[str] | None = None) ->
 
 
 def build(
-    entry: dict[str, Any], plan: TrainmemPlan, device: str
+    entry: dict[str, Any], plan: TrainmemPlan, device: str, fake: bool = False
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Model ready for training per the plan; returns (model, info)."""
+    """Model ready for training per the plan (``fake``: under the caller's FakeTensorMode);
+    returns (model, info)."""
     config = build_config(config_dict(entry))
     info: dict[str, Any] = {}
     if plan.method == "qlora":
         from peft import prepare_model_for_kbit_training
 
-        model = _qlora_base(config, plan.attn, device, plan.double_quant)
+        if fake:  # from_pretrained's 4-bit load on shapes only (trainmem.probe.fake4bit)
+            import transformers
+
+            from trainmem.probe import fake4bit
+
+            model = _from_config(config, torch.bfloat16, plan.attn)
+            fake4bit.load_4bit(torch, transformers, model, plan.quant, plan.double_quant)
+        else:
+            model = _qlora_base(config, plan.attn, device, plan.double_quant)
         if plan.kbit_prep:
             # casts every non-4bit parameter (embeddings, norms, lm_head) to fp32 and,
             # with use_gradient_checkpointing, enables GC (use_reentrant=True unless told otherwise)
@@ -325,6 +334,22 @@ def build(
     if plan.grad_ckpt and plan.method == "qlora" and plan.kbit_prep:
         info["gc_via"] = "prepare_model_for_kbit_training"
     return model, info
+
+
+@contextlib.contextmanager
+def fake_mode(plan: TrainmemPlan) -> Any:
+    """FakeTensorMode for a fake run; for QLoRA with bitsandbytes' nested-quantization code as
+    a fake tensor and its 4-bit matmul allocating as on the CPU (trainmem.probe.fake4bit)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(FakeTensorMode())
+        if plan.method == "qlora":
+            from trainmem.probe import fake4bit
+
+            stack.enter_context(fake4bit.fake_dynamic_map(torch))
+            stack.enter_context(fake4bit.matmul(torch, "cpu"))
+        yield
 
 
 @contextlib.contextmanager
@@ -464,18 +489,14 @@ def run_case(
     torch.manual_seed(0)
     fake_ctx: Any = contextlib.nullcontext()
     if execution == "fake":
-        if plan.method == "qlora":
-            raise ValueError("qlora needs from_pretrained: real execution only")
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        fake_ctx = FakeTensorMode()
+        fake_ctx = fake_mode(plan)
     history = snapshots is not None and torch.device(device).type == "cuda"
     if history:  # every allocation and free, with the segments, as memory_viz reads them
         torch.cuda.memory._record_memory_history(max_entries=2_000_000)
     try:
         with fake_ctx:
             with _fake_safe_module_apply() if execution == "fake" else contextlib.nullcontext():
-                model, info = build(entry, plan, device)
+                model, info = build(entry, plan, device, fake=execution == "fake")
             opt = make_optimizer(model, plan)
             vocab = int(entry["vocab_size"])
             ids = torch.randint(0, vocab, (plan.batch, plan.seq_len), device=device)

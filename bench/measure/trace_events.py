@@ -3,6 +3,7 @@
     python bench/measure/trace_events.py --out bench/results/trace-cpu.json [--only SUBSTRING]
     python bench/measure/trace_events.py --subset moe     # -> bench/results/trace-cpu-moe.json
     python bench/measure/trace_events.py --subset sweep   # -> bench/results/trace-cpu-sweep.json
+    python bench/measure/trace_events.py --subset qlora   # -> bench/results/trace-cpu-qlora.json
 
 For each case the harness (harness.py) builds the model and runs two training steps exactly as
 it measures one (step 1 without optimizer state, then step 2), under a tracker that records every
@@ -103,12 +104,10 @@ def trace(
     fake_ctx: Any = contextlib.nullcontext()
     fake = execution == "fake"
     if fake:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        fake_ctx = FakeTensorMode()
+        fake_ctx = harness.fake_mode(plan)
     with fake_ctx:
         with harness._fake_safe_module_apply() if fake else contextlib.nullcontext():
-            model, info = harness.build(entry, plan, "cpu")
+            model, info = harness.build(entry, plan, "cpu", fake=fake)
         opt = harness.make_optimizer(model, plan)
         gc.collect()
         tr = EventTracker()
@@ -254,6 +253,34 @@ def moe_cases() -> list[tuple[str, Plan, str]]:
     return out
 
 
+def qlora_cases() -> list[tuple[str, Plan, str]]:
+    """QLoRA at real sizes, shapes only: bitsandbytes' 4-bit load on fake tensors
+    (trainmem.probe.fake4bit, checked against a real load in tests/measure/test_fake_qlora.py),
+    with and without PEFT's k-bit preparation; and the one-GPU QLoRA runs of
+    bench/accuracy/published_cuda.py (Mistral-7B, nf4, double quantization, r 16 on q/k/v/o,
+    4,096 tokens, batch 4, checkpointing, foreach AdamW; sdpa for flash-attention 2) with
+    today's versions."""
+    qlora, mp = harness.qlora, harness.measured_plan
+    out: list[tuple[str, Plan, str]] = []
+    for name in ("SmolLM2-135M", "Qwen2.5-0.5B", "Llama-3.2-1B"):
+        for plan in (
+            qlora(True, seq_len=2048, batch=1, grad_ckpt=True),
+            qlora(False, seq_len=2048, batch=1),
+        ):
+            out.append((name, plan, "fake"))
+    published = {
+        "lora_rank": 16,
+        "lora_alpha": 16.0,
+        "lora_dropout": 0.1,
+        "lora_targets": "attention",
+        "kbit_prep": True,
+    }
+    for batch in (4, 8):
+        plan = mp("qlora", "bf16", "adamw-foreach", 4096, batch, grad_ckpt=True, **published)
+        out.append(("Mistral-7B-v0.1", plan, "fake"))
+    return out
+
+
 def sweep_cases() -> list[tuple[str, Plan, str]]:
     """One plan over batches 1-10, where the synthetic sequence's reserve swings (batch 3
     fragments more than 4): does the real step's sequence swing the same way?"""
@@ -304,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--out", type=Path, default=None, help="default: bench/results/trace-cpu[-moe|-sweep].json"
     )
-    ap.add_argument("--subset", choices=["dense", "moe", "sweep"], default="dense")
+    ap.add_argument("--subset", choices=["dense", "moe", "sweep", "qlora"], default="dense")
     ap.add_argument("--only", default=None, help="run only cases whose id contains this substring")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     args = ap.parse_args(argv)
@@ -313,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     models = {**harness.load_models(), **TINY}
+    # The published runs' Mistral-7B-v0.1: v0.3's shapes with v0.1's 32,000-token vocabulary
+    # (as bench/measure/published_versions.py builds it)
+    v03 = models["Mistral-7B-v0.3"]
+    models["Mistral-7B-v0.1"] = {**v03, "name": "Mistral-7B-v0.1", "vocab_size": 32000}
     cmd = "python bench/measure/trace_events.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
@@ -338,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.replace(args.out)
         return doc
 
-    subsets = {"dense": cases, "moe": moe_cases, "sweep": sweep_cases}
+    subsets = {"dense": cases, "moe": moe_cases, "sweep": sweep_cases, "qlora": qlora_cases}
     for name, plan, execution in subsets[args.subset]():
         rid = f"{name}/{harness.case_key(plan)}/{execution}"
         if args.only and args.only not in rid:

@@ -47,15 +47,32 @@ def test_trace_beside_the_analytic_peak(tmp_path: Path, capsys: pytest.CaptureFi
     assert trace["allocated_peak_bytes"] > 3 * 2 * out["model"]["params"]
 
 
+def test_a_qlora_plan_is_traced_with_bitsandbytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The 4-bit base loaded on fake tensors (trainmem.probe.fake4bit): traced, with
+    bitsandbytes' version named (the load itself: tests/measure/test_fake_qlora.py)."""
+    bitsandbytes = pytest.importorskip("bitsandbytes")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY))
+    args = ["plan", "--model", str(config), "--method", "qlora", "--seq-len", "1024"]
+    assert main([*args, "--device", "h100-80gb", "--trace", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    trace = out["trace"]
+    assert trace["versions"]["bitsandbytes"] == bitsandbytes.__version__
+    assert trace["events"] > 100
+    assert trace["reserved_bytes"] >= trace["allocated_peak_bytes"] >= trace["allocated_bytes"] > 0
+
+
 def test_untraceable_plan_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY))
-    assert main(["plan", "--model", str(config), "--method", "qlora", "--trace"]) == 2
-    err = capsys.readouterr().err
     assert (
-        err == "trainmem-tui plan: error: trace: method qlora is not traced: bitsandbytes' "
-        "4-bit weights cannot be fake tensors (full and lora are)\n"
+        main(["plan", "--model", str(config), "--method", "qlora", "--quant", "int8", "--trace"])
+        == 2
     )
+    err = capsys.readouterr().err
+    assert err == "trainmem-tui plan: error: trace: quant int8 is not traced (nf4 and fp4 are)\n"
 
 
 # A small Qwen3-MoE (transformers 5 runs its experts through grouped_mm by default, whose

@@ -16,7 +16,7 @@ from trainmem.sources.resolve import resolve_model
 @pytest.mark.parametrize(
     ("fields", "words"),
     [
-        ({"method": "qlora"}, "method qlora is not traced"),
+        ({"method": "qlora", "quant": "int8"}, "quant int8 is not traced"),
         ({"gpus": 2}, "sharded and multi-GPU plans are not"),
         ({"optimizer": "adamw-8bit"}, "optimizer adamw-8bit is not traced"),
     ],

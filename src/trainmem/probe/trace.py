@@ -5,7 +5,10 @@ as the analytic device peak (trainmem.core.allocator).
 The model is built from its config by the installed transformers (``AutoConfig.for_model`` +
 ``AutoModelForCausalLM.from_config``) under ``FakeTensorMode`` (shapes only, no memory, on the
 CPU) in a process of its own (``python -m trainmem.probe.trace``, started by
-trainmem/cli/plan_trace.py), wrapped by the installed PEFT for LoRA, checkpointed as the
+trainmem/cli/plan_trace.py), for QLoRA loaded in 4 bits as shapes only (trainmem.probe.fake4bit:
+transformers' quantizer and bitsandbytes' quantize_4bit on the fake weights; its matmul
+allocating as on CUDA) and prepared by PEFT's prepare_model_for_kbit_training where the plan
+asks, wrapped by the installed PEFT for LoRA, checkpointed as the
 Trainer enables it (``gradient_checkpointing_enable()`` with the library's defaults), and two
 steps run as the Trainer runs them (forward with labels, the output dropped, backward,
 optimizer step, ``zero_grad(set_to_none=True)``), the first without optimizer state. A
@@ -20,9 +23,9 @@ token count and top-k, not the routing, so shapes alone trace them).
 Not seen, as there: scratch made and freed inside one kernel, the CUDA-only kernels (flash /
 memory-efficient SDPA, fused AdamW's CUDA kernel: the CPU's are traced), and the CUDA context.
 Every layer is traced (none repeated from another: Llama-3.2-1B's two steps took 12-52 s on
-a busy 2-core CPU, bench/results/trace-cpu.json). torch, transformers (and PEFT for LoRA)
-are imported only when a trace is asked for; a plan the trace cannot run is a PlanError (one
-line).
+a busy 2-core CPU, bench/results/trace-cpu.json). torch, transformers (PEFT for LoRA,
+bitsandbytes for QLoRA) are imported only when a trace is asked for; a plan the trace cannot
+run is a PlanError (one line).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from trainmem.core.device_peak import with_workspaces, workspace_bytes
 from trainmem.core.errors import PlanError
 from trainmem.core.plan import Plan, parse_saved_modules
 from trainmem.core.text import visible
+from trainmem.probe import fake4bit
 
 OPTIMIZERS = ("adamw", "adamw-foreach", "sgd")
 
@@ -78,13 +82,10 @@ def check(plan: Plan, spec: ModelSpec) -> None:
             f"model_type {visible(spec.model_type)[:60]!r} is estimated as Llama-like: a trace "
             "of its own architecture would not be the model the estimate describes",
         )
-    if plan.method not in ("full", "lora"):
-        # QLoRA: bitsandbytes' Params4bit is a tensor subclass (torch.Tensor._make_subclass),
-        # which FakeTensorMode refuses to wrap, so its weights cannot be shapes only
-        why = (
-            ": bitsandbytes' 4-bit weights cannot be fake tensors" if plan.method == "qlora" else ""
-        )
-        raise PlanError("trace", f"method {plan.method} is not traced{why} (full and lora are)")
+    if plan.method not in ("full", "lora", "qlora"):
+        raise PlanError("trace", f"method {plan.method} is not traced (full, lora and qlora are)")
+    if plan.method == "qlora" and plan.quant not in ("nf4", "fp4"):
+        raise PlanError("trace", f"quant {plan.quant} is not traced (nf4 and fp4 are)")
     if plan.optimizer not in OPTIMIZERS:
         raise PlanError("trace", f"optimizer {plan.optimizer} is not traced")
     if plan.world > 1 or plan.strategy != "ddp":
@@ -200,13 +201,20 @@ def _build(torch: Any, plan: Plan, spec: ModelSpec) -> Any:
         config = transformers.AutoConfig.for_model(spec.model_type, **hf_config(spec, plan))
     except (ValueError, KeyError) as exc:
         raise PlanError("trace", f"transformers cannot build {spec.model_type!r}: {exc}") from None
-    lora = plan.method == "lora"
+    lora = plan.method in ("lora", "qlora")
     dtype = torch.bfloat16 if lora or plan.precision == "bf16" else torch.float32
     model = transformers.AutoModelForCausalLM.from_config(
         config, attn_implementation=plan.attn, dtype=dtype
     )
     for param in model.parameters():
         param.requires_grad_(not lora)
+    prepared = plan.method == "qlora" and plan.kbit_prep
+    if plan.method == "qlora":  # loaded in 4 bits, as from_pretrained with a quantization_config
+        fake4bit.load_4bit(torch, transformers, model, plan.quant, plan.double_quant)
+        if prepared:  # casts the rest to fp32, and enables checkpointing itself
+            model = _module("peft").prepare_model_for_kbit_training(
+                model, use_gradient_checkpointing=plan.grad_ckpt
+            )
     if lora:
         peft = _module("peft")
         preset = plan.lora_targets.strip().lower()
@@ -232,7 +240,7 @@ def _build(torch: Any, plan: Plan, spec: ModelSpec) -> Any:
             task_type="CAUSAL_LM",
         )
         model = peft.get_peft_model(model, config)
-    if plan.grad_ckpt:  # as Trainer does, after PEFT wrapping, with the library's defaults
+    if plan.grad_ckpt and not prepared:  # as Trainer does, after PEFT, the library's defaults
         enable = getattr(model, "activation_checkpointing_enable", None)
         (enable or model.gradient_checkpointing_enable)()
     return model
@@ -303,23 +311,45 @@ def _trace(plan: Plan, spec: ModelSpec, steps: int) -> Trace:
     fake_tensor = importlib.import_module("torch._subclasses.fake_tensor")
     started = time.perf_counter()
     recorder = _Recorder()
-    with warnings.catch_warnings(), _quiet_transformers(), fake_tensor.FakeTensorMode():
+    quantized = plan.method == "qlora"
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")  # the libraries' advice is no part of the answer
+        stack.enter_context(_quiet_transformers())
+        stack.enter_context(fake_tensor.FakeTensorMode())
+        if quantized:
+            stack.enter_context(fake4bit.fake_dynamic_map(torch))
         with _replace_parameters_on_apply(torch):
             model = _build(torch, plan, spec)
         optimizer = _optimizer(torch, model, plan)
         ids = torch.randint(0, spec.vocab, (plan.batch, plan.seq_len))
-        for tensor in [*model.parameters(), *model.buffers(), ids]:
+        for tensor in [*model.parameters(), *model.buffers(), *_quant_states(model), ids]:
             recorder.see(tensor)
         loaded = len(recorder.events)
-        with _dispatch_mode(torch, recorder):
+        with (
+            _dispatch_mode(torch, recorder),
+            fake4bit.matmul(torch, "cuda") if quantized else contextlib.nullcontext(),
+        ):
             for _ in range(steps):
                 _step(torch, model, optimizer, ids, plan)
                 gc.collect()
         recorder.on = False
         del model, optimizer, ids
     gc.collect()
-    return Trace(tuple(recorder.events), loaded, versions(), time.perf_counter() - started)
+    names = ("torch", "transformers", "peft") + (("bitsandbytes",) if quantized else ())
+    return Trace(tuple(recorder.events), loaded, versions(names), time.perf_counter() - started)
+
+
+def _quant_states(model: Any) -> list[Any]:
+    """The tensors of 4-bit weights' quantization states (absmax, nested absmax, code,
+    offset), part of the loaded model but no parameter or buffer."""
+    out: list[Any] = []
+    for module in model.modules():
+        state = getattr(getattr(module, "weight", None), "quant_state", None)
+        while state is not None:
+            out += [t for t in (state.absmax, state.code, state.offset) if t is not None]
+            state = state.state2
+    return out
 
 
 @dataclass(frozen=True)
@@ -347,10 +377,10 @@ def traced_peak(
     return TracedPeak(sim.peak_reserved, allocated, sim.peak_allocated, workspace_bytes(family))
 
 
-def versions() -> dict[str, str]:
+def versions(names: tuple[str, ...] = ("torch", "transformers", "peft")) -> dict[str, str]:
     """The versions of the libraries the trace ran, as installed."""
     out = {}
-    for name in ("torch", "transformers", "peft"):
+    for name in names:
         try:
             out[name] = str(importlib.import_module(name).__version__)
         except ImportError:
