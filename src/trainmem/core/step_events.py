@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from trainmem.core.allocator import Alloc, Event, Free
 from trainmem.core.architecture import ModelSpec
 from trainmem.core.plan import Plan
+from trainmem.core.precision import dtypes
 from trainmem.core.step import Step
 
 # The moments the estimator names, in the order the sequence reaches them.
@@ -136,12 +137,13 @@ def _shapes(spec: ModelSpec, tokens: int) -> _Shapes:
     return _Shapes(layer, distinct, tokens * spec.hidden, tokens * wide)
 
 
-def _activation_tensors(total: int, shapes: _Shapes, element: int) -> list[int]:
+def _activation_tensors(total: int, shapes: _Shapes, act: int, resid: int) -> list[int]:
     """A layer's saves as tensors: its MLP-wide ones (act(gate), act*up, up: at most three),
-    then hidden-wide ones, then what is left (log-sum-exp rows, norms' rows)."""
-    wide = _pieces(total, shapes.wide * element, 3)
-    rest = wide.pop() if wide and wide[-1] != shapes.wide * element else 0
-    hidden = _pieces(rest, shapes.hidden * element, 6)
+    linear outputs of ``act`` bytes an element, then hidden-wide ones of the residual stream's
+    ``resid`` bytes, then what is left (log-sum-exp rows, norms' rows)."""
+    wide = _pieces(total, shapes.wide * act, 3)
+    rest = wide.pop() if wide and wide[-1] != shapes.wide * act else 0
+    hidden = _pieces(rest, shapes.hidden * resid, 6)
     if len(hidden) > 6:  # the small rest joins the last hidden-wide tensor
         hidden[-2:] = [hidden[-2] + hidden[-1]]
     return wide + hidden
@@ -173,10 +175,10 @@ def _streams(plan: Plan) -> tuple[int, int]:
     return (UNSHARD_STREAM if plan.fsdp_version == 1 else 0), REDUCE_STREAM
 
 
-def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> StepEvents:
+def step_events(plan: Plan, spec: ModelSpec, step: Step) -> StepEvents:
     """The allocation sequence of two training steps of a validated ``plan`` on ``spec``,
-    from the estimator's ``step`` sizes (trainmem.core.estimator.Step); ``element`` is the
-    activations' bytes per element, for the widths tensors are split into."""
+    from the estimator's ``step`` sizes (trainmem.core.estimator.Step); activations split
+    into tensors of the plan's dtypes (trainmem.core.precision.dtypes)."""
     s = step
     tokens = plan.batch * plan.seq_len
     shapes = _shapes(spec, tokens)
@@ -207,9 +209,10 @@ def step_events(plan: Plan, spec: ModelSpec, step: Step, element: int = 2) -> St
         else [s.states.optimizer_temp]
     )
     moments: list[dict[str, int]] = []
-    kept = _activation_tensors(s.kept_per_layer, shapes, element)
-    recompute = _activation_tensors(s.recompute, shapes, element)
-    transient = _activation_tensors(s.layer_transient, shapes, element)
+    dt = dtypes(plan)
+    kept = _activation_tensors(s.kept_per_layer, shapes, dt.act, dt.resid)
+    recompute = _activation_tensors(s.recompute, shapes, dt.act, dt.resid)
+    transient = _activation_tensors(s.layer_transient, shapes, dt.act, dt.resid)
     dequant = [2 * n for n in shapes.linears] if s.dequant else []
     logit_unit = tokens * spec.vocab
     loaded = len(b.events)
