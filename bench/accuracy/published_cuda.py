@@ -270,14 +270,16 @@ def traced_section(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         run = r["run"]
         by_version = found.get(f"{run.method}/{run.gpus}x{run.batch}")
-        if run.model == MISTRAL and by_version and "4.48.1" in by_version:
+        if run.model == MISTRAL and by_version:
             today = next((v for k, v in by_version.items() if not k.startswith("4.")), None)
-            pairs.append((r, by_version["4.48.1"], today))
+            pairs.append((r, by_version.get("4.48.1"), today))
     out = [
         "",
         "Measured here: the one-GPU runs' step traced on the CPU (`bench/measure/"
         "published_versions.py`: the harness's step on fake tensors, sdpa for flash-attention "
-        "2), once with the runs' transformers 4.48.1 and peft 0.13.2 and once with today's. "
+        "2), once with the runs' transformers 4.48.1 and peft 0.13.2 and once with today's; "
+        "QLoRA with today's only, bitsandbytes 0.50.2's 4-bit load on fake tensors "
+        "(trainmem.probe.fake4bit; the runs' 0.43.3 has no fake kernels). "
         "Error = (traced - published) / published; the last column is the estimate against "
         "today's trace.",
         "",
@@ -290,13 +292,17 @@ def traced_section(rows: list[dict[str, Any]]) -> list[str]:
         now = today["peak_allocated_bytes"] if today else None
         out.append(
             f"| {run.method} | {run.gpus} x {run.batch} | {r['allocated'] / gb:.2f} | "
-            f"{then['peak_allocated_bytes'] / gb:.2f} | "
-            f"{error(then['peak_allocated_bytes'], r['allocated']):+.2f}% | "
+            + (
+                f"{then['peak_allocated_bytes'] / gb:.2f} | "
+                f"{error(then['peak_allocated_bytes'], r['allocated']):+.2f}% | "
+                if then
+                else "n/a | | "
+            )
             + (f"{now / gb:.2f} | " if now else "n/a | ")
             + f"{r['allocated ours'] / gb:.2f} | "
             + (f"{error(r['allocated ours'], now):+.2f}% |" if now else "n/a |")
         )
-    worst = max(abs(error(t["peak_allocated_bytes"], r["allocated"])) for r, t, _ in pairs)
+    worst = max(abs(error(t["peak_allocated_bytes"], r["allocated"])) for r, t, _ in pairs if t)
     device = [
         "",
         "The same traced sequences run through the simulated allocator within the A100 (less "
@@ -347,6 +353,21 @@ def traced_section(rows: list[dict[str, Any]]) -> list[str]:
         "while ForCausalLMLoss still holds the fp32 upcast and its contiguous shifted copy), "
         "today's in the loss's backward, lower; the estimate follows today's trace.",
     ]
+    quantized = [(r, today) for r, then, today in pairs if r["run"].method == "qlora" and today]
+    if quantized:
+        on_cpu = []
+        for r, today in quantized:
+            p = plan(r["run"])
+            entry = catalog.find(p.model)
+            assert entry is not None
+            cpu = estimate(p, entry.spec(), "cpu").allocated_bytes
+            on_cpu.append(f"{error(cpu, today['peak_allocated_bytes']):+.1f}%")
+        out[-1] += (
+            " The QLoRA rows' estimate is the CUDA one against a CPU trace: for each LoRA "
+            "input the CPU's dropout keeps a noise tensor in the adapters' dtype (fp32) where "
+            "CUDA keeps a 1-byte mask (aten/src/ATen/native/Dropout.cpp, core/activations.py); "
+            f"the estimate with the CPU's kernels is {' and '.join(on_cpu)} from the trace."
+        )
     return out
 
 

@@ -12,6 +12,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from accuracy import published_cuda
 
+from trainmem.core.estimator import estimate
+from trainmem.sources import catalog
+
 
 def test_each_run_is_planned_as_it_ran() -> None:
     for run in published_cuda.RUNS:
@@ -83,8 +86,19 @@ def test_the_estimate_follows_todays_trace_of_the_one_gpu_runs() -> None:
     assert {"full/1x4", "full/1x8", "lora/1x4", "lora/1x8"} <= set(found)
     for case, by_version in found.items():
         row = rows[case]
-        then = by_version["4.48.1"]["peak_allocated_bytes"]
         (today,) = (r["peak_allocated_bytes"] for v, r in by_version.items() if v != "4.48.1")
+        if case.startswith("qlora"):  # today's versions only (bitsandbytes on fake tensors)
+            # against the CPU's kernels, which the trace ran: its dropout keeps an fp32 noise
+            # tensor of each LoRA input, CUDA's a 1-byte mask (the published row's estimate)
+            assert "4.48.1" not in by_version
+            plan = published_cuda.plan(row["run"])
+            entry = catalog.find(plan.model)
+            assert entry is not None
+            on_cpu = estimate(plan, entry.spec(), "cpu").allocated_bytes
+            assert abs(published_cuda.error(on_cpu, today)) < 2.0
+            assert row["allocated ours"] < on_cpu
+            continue
+        then = by_version["4.48.1"]["peak_allocated_bytes"]
         assert abs(published_cuda.error(then, row["allocated"])) < 0.5
         assert abs(published_cuda.error(row["allocated ours"], today)) < 1.0
     assert any("traced, runs' versions" in line for line in published_cuda.published_cuda_section())
