@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,16 +29,24 @@ TINY = {
 }
 
 
-def test_trace_beside_the_analytic_peak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _traced(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    """`plan --trace --json` of the tiny config on an H100 with ``args``: its JSON, the trace
+    checked for what every trace holds."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY))
-    args = ["plan", "--model", str(config), "--method", "full", "--seq-len", "256"]
-    assert main([*args, "--device", "h100-80gb", "--trace", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    command = ["plan", "--model", str(config), *args, "--device", "h100-80gb", "--trace", "--json"]
+    assert main(command) == 0
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
     trace = out["trace"]
     assert trace["versions"]["torch"] and trace["versions"]["transformers"]
     assert trace["events"] > 100
     assert trace["reserved_bytes"] >= trace["allocated_peak_bytes"] >= trace["allocated_bytes"] > 0
+    return out
+
+
+def test_trace_beside_the_analytic_peak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _traced(tmp_path, capsys, "--method", "full", "--seq-len", "256")
+    trace = out["trace"]
     assert trace["fragmentation_bytes"] == trace["reserved_bytes"] - trace["allocated_bytes"]
     assert trace["workspace_bytes"] == 32 * 2**20 + 2**20  # Hopper's cuBLAS + cuBLASLt
     assert trace["device_peak_bytes"] == trace["reserved_bytes"] + trace["context_bytes"]
@@ -53,15 +62,8 @@ def test_a_qlora_plan_is_traced_with_bitsandbytes(
     """The 4-bit base loaded on fake tensors (trainmem.probe.fake4bit): traced, with
     bitsandbytes' version named (the load itself: tests/measure/test_fake_qlora.py)."""
     bitsandbytes = pytest.importorskip("bitsandbytes")
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(TINY))
-    args = ["plan", "--model", str(config), "--method", "qlora", "--seq-len", "1024"]
-    assert main([*args, "--device", "h100-80gb", "--trace", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    trace = out["trace"]
-    assert trace["versions"]["bitsandbytes"] == bitsandbytes.__version__
-    assert trace["events"] > 100
-    assert trace["reserved_bytes"] >= trace["allocated_peak_bytes"] >= trace["allocated_bytes"] > 0
+    out = _traced(tmp_path, capsys, "--method", "qlora", "--seq-len", "1024")
+    assert out["trace"]["versions"]["bitsandbytes"] == bitsandbytes.__version__
 
 
 def test_untraceable_plan_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
