@@ -260,6 +260,11 @@ def traced() -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
+def _version(text: str) -> tuple[int, ...]:
+    """ "5.25.0" as (5, 25, 0), to order releases ("5.3" before "5.25")."""
+    return tuple(int(part) for part in text.split("+")[0].split(".") if part.isdigit())
+
+
 def traced_section(rows: list[dict[str, Any]]) -> list[str]:
     """The one-GPU runs' step traced with the runs' own versions and with today's."""
     found = traced()
@@ -271,7 +276,9 @@ def traced_section(rows: list[dict[str, Any]]) -> list[str]:
         run = r["run"]
         by_version = found.get(f"{run.method}/{run.gpus}x{run.batch}")
         if run.model == MISTRAL and by_version:
-            today = next((v for k, v in by_version.items() if not k.startswith("4.")), None)
+            # today's: the newest transformers 5 the file holds (an older set may stay beside)
+            newer = [k for k in by_version if not k.startswith("4.")]
+            today = by_version[max(newer, key=_version)] if newer else None
             pairs.append((r, by_version.get("4.48.1"), today))
     out = [
         "",
@@ -302,7 +309,9 @@ def traced_section(rows: list[dict[str, Any]]) -> list[str]:
             + f"{r['allocated ours'] / gb:.2f} | "
             + (f"{error(r['allocated ours'], now):+.2f}% |" if now else "n/a |")
         )
-    worst = max(abs(error(t["peak_allocated_bytes"], r["allocated"])) for r, t, _ in pairs if t)
+    worst = max(
+        (abs(error(t["peak_allocated_bytes"], r["allocated"])) for r, t, _ in pairs if t), default=0
+    )
     device = [
         "",
         "The same traced sequences run through the simulated allocator within the A100 (less "
@@ -327,7 +336,7 @@ def traced_section(rows: list[dict[str, Any]]) -> list[str]:
         device.append("".join(cells))
     out += device
     full4 = next((p for p in pairs if (p[0]["run"].method, p[0]["run"].batch) == ("full", 4)), None)
-    if full4 is not None and "traced_reserved_on_a100_bytes" in full4[1]:
+    if full4 is not None and full4[1] and "traced_reserved_on_a100_bytes" in full4[1]:
         r, then = full4[0], full4[1]
         gap = (then["traced_reserved_on_a100_bytes"] + r["runtime ours"] - r["device ours"]) / gb
         out += [

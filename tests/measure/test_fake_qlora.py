@@ -73,3 +73,35 @@ def test_the_trace_of_a_qlora_plan_names_bitsandbytes_and_dequantizes_per_op() -
     assert "bitsandbytes" in trace.versions
     mlp = spec.hidden * spec.intermediate * 2  # bf16
     assert sum(1 for e in trace.events if isinstance(e, Alloc) and e.size == mlp) >= 3 * spec.layers
+
+
+@pytest.mark.parametrize(("rows", "allocations"), [(4, 1), (5, 4)])
+def test_the_cuda_matmul_dequantizes_above_the_custom_kernels_floor(
+    rows: int, allocations: int
+) -> None:
+    """bitsandbytes' CUDA gemm_4bit: at 4 rows or fewer its custom kernel, the output alone;
+    above, _dequant_linear_fallback: the nested absmax (fp32, then offset), the bf16 weight,
+    the output."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from trainmem.probe import fake4bit
+    from trainmem.probe.trace import _dispatch_mode, _Recorder
+
+    with FakeTensorMode():
+        a = torch.empty(rows, 256, dtype=torch.bfloat16)
+        packed = torch.empty(256 * 512 // 2, 1, dtype=torch.uint8)
+        absmax, nested = torch.empty(8), torch.empty(256 * 512 // 64, dtype=torch.uint8)
+        code, offset = torch.empty(256), torch.empty(())
+        recorder = _Recorder()
+        gemm = fake4bit.cuda_gemm_4bit(torch).default
+        for tensor in (a, packed, absmax, nested, code, offset):  # there before the op
+            recorder.see(tensor)
+        before = len(recorder.events)
+        with _dispatch_mode(torch, recorder):
+            out = gemm(a, packed, [512, 256], absmax, 64, "nf4", None, nested, code, offset)
+    assert tuple(out.shape) == (rows, 512)
+    sizes = [e.size for e in recorder.events[before:] if type(e).__name__ == "Alloc"]
+    assert len(sizes) == allocations
+    if allocations > 1:
+        assert 512 * 256 * 2 in sizes  # the dequantized bf16 weight

@@ -14,14 +14,15 @@ attributes, which is all ``Linear4bit.forward``, PEFT's 4-bit LoRA layer and
 ``prepare_model_for_kbit_training`` read of it.
 
 The matmul: under FakeTensorMode bitsandbytes' ``gemm_4bit`` op runs its fake kernel, which
-allocates only the output. On CUDA (backends/cuda/ops.py:934-978) a training batch of more
-than 512 rows (tokens) takes ``_dequant_linear_fallback`` (:904-916): the nested absmax
-dequantized to fp32 and offset (two tensors), the weight dequantized to the compute dtype, then
-``F.linear``; at 512 rows or fewer the custom kernel allocates nothing beyond the output for
-the large weights of a decoder (for small ones the choice depends on the GPU's architecture:
-this takes the custom kernel). ``cuda_gemm_4bit`` allocates what the CUDA path allocates, so
-the trace records those temporaries; the backward's ``dequantize_4bit`` is bitsandbytes' own
-Python and is traced as it is.
+allocates only the output. On CUDA (backends/cuda/ops.py:934-978) the op takes
+``_dequant_linear_fallback`` (:904-916): the nested absmax dequantized to fp32 and offset (two
+tensors), the weight dequantized to the compute dtype, then ``F.linear``; or a custom kernel
+that allocates only the output. The custom kernel is always taken at 4 rows (tokens) or fewer
+(``_GEMM_4BIT_CUSTOM_FLOOR_M``); above that only for some shapes on some GPUs
+(``_gemm_4bit_use_custom_cuda``: for a decoder's large weights up to 5-64 rows on an A100 or
+H100, for small weights up to 1,536). A training micro-batch has more rows than that in all but
+toy plans, so ``cuda_gemm_4bit`` takes the fallback above 4 rows and allocates what it
+allocates; the backward's ``dequantize_4bit`` is bitsandbytes' own Python, traced as it is.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 
 from trainmem.core.errors import PlanError
 
-CUSTOM_MAX_ROWS = 512  # backends/cuda/ops.py _gemm_4bit_use_custom_cuda: "custom wins up to M=512"
+CUSTOM_MAX_ROWS = 4  # backends/cuda/ops.py _GEMM_4BIT_CUSTOM_FLOOR_M: the custom kernel always
 
 
 def _bnb() -> Any:
@@ -77,6 +78,8 @@ def load_4bit(torch: Any, transformers: Any, model: Any, quant: str, double_quan
             quant_type=meta.quant_type,
             quant_storage=meta.quant_storage,
         )
+        # uint8 storage (BitsAndBytesConfig's default bnb_4bit_quant_storage): not a float, so
+        # prepare_model_for_kbit_training, which spares Params4bit by class name, casts none
         weight = torch.nn.Parameter(packed, requires_grad=False)
         for key in ("blocksize", "compress_statistics", "quant_type", "quant_storage"):
             setattr(weight, key, getattr(meta, key))
@@ -94,9 +97,9 @@ def fake_dynamic_map(torch: Any) -> Iterator[None]:
     use (functional.py create_dynamic_map), which a fake tensor cannot hold; its 256 floats
     stand in as a fake tensor while the trace runs, and the cache is restored after."""
     functional = _bnb().functional
-    saved = functional.name2qmap.pop("dynamic", None)
-    functional.name2qmap["dynamic"] = torch.empty(256, dtype=torch.float32)
+    saved = functional.name2qmap.get("dynamic")
     try:
+        functional.name2qmap["dynamic"] = torch.empty(256, dtype=torch.float32)
         yield
     finally:
         functional.name2qmap.pop("dynamic", None)
