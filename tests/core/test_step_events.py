@@ -117,15 +117,21 @@ def _streams_of(plan: Plan) -> dict[str, set[int]]:
 def test_fsdp_collectives_allocate_on_their_own_streams():
     """FSDP1 gathers on its unshard stream and reduce-scatters into sharded gradients on its
     post-backward stream; FSDP2 only the latter (its unsharded parameters are the default
-    stream's); everything else, and every other layout, on the default stream."""
+    stream's); ZeRO-3 gathers on its allgather stream; everything else, and every other
+    layout, on the default stream."""
     fsdp1 = _streams_of(replace(CASES["fsdp"], fsdp_version=1))
     assert fsdp1["gathered"] == {UNSHARD_STREAM} and fsdp1["grad"] == {REDUCE_STREAM}
     assert REDUCE_STREAM in fsdp1["grad root"]  # the root's reduced shard
     assert fsdp1["kept"] == fsdp1["inflight"] == fsdp1["optimizer"] == {0}
     fsdp2 = _streams_of(CASES["fsdp"])
     assert fsdp2["gathered"] == {0} and fsdp2["grad"] == {REDUCE_STREAM}
-    for name in ("ddp", "zero-3", "lora"):
+    zero3 = _streams_of(CASES["zero-3"])  # DeepSpeed's allgather stream
+    assert zero3["gathered"] == {UNSHARD_STREAM}
+    assert set().union(*(v for k, v in zero3.items() if k != "gathered")) == {0}
+    for name in ("ddp", "lora"):
         assert set().union(*_streams_of(CASES[name]).values()) == {0}, name
+    zero2 = _streams_of(replace(CASES["zero-3"], zero=2))
+    assert set().union(*zero2.values()) == {0}
     no_shard = _streams_of(replace(CASES["fsdp"], fsdp="no-shard", fsdp_version=1))
     assert set().union(*no_shard.values()) == {0}
 

@@ -22,7 +22,8 @@ step runs them:
   _init_group) and its temporaries; then ``zero_grad(set_to_none=True)`` frees every gradient
   (torch >= 2.0's default, torch/optim/optimizer.py);
 - under FSDP, the all-gathered weights (FSDP1) and the sharded gradients on the streams that
-  allocate them (``_streams``); everything else on the default stream.
+  allocate them, under ZeRO-3 the gathered weights (``_streams``); everything else on the
+  default stream.
 
 Two steps run back to back, the first without optimizer state, since the peak a run reserves
 is over its first steps (the cached blocks of step one shape step two). The sequence is
@@ -152,7 +153,7 @@ def _activation_tensors(total: int, shapes: _Shapes, act: int, resid: int) -> li
 # Streams other than the default one (0). PyTorch's allocator keeps a block's stream and caches
 # it, once freed, in that stream's pool, for requests on that stream only
 # (CUDACachingAllocator.cpp get_free_block: BlockComparatorSize orders by stream first).
-UNSHARD_STREAM = 1  # FSDP1's all-gathers
+UNSHARD_STREAM = 1  # all-gathers: FSDP1's unshard stream, ZeRO-3's allgather stream
 REDUCE_STREAM = 2  # FSDP's reduce-scatter outputs: the sharded gradients
 
 
@@ -167,10 +168,21 @@ def _streams(plan: Plan) -> tuple[int, int]:
     FSDP2 copies its all-gather out into parameters allocated on the default stream
     (_fully_shard/_fsdp_collectives.py:463 alloc_all_gather_outputs) but reduce-scatters
     into an output allocated under its reduce-scatter stream (:611-612), whose views are the
-    sharded gradients (:685-700). Derived from source: a CPU trace has no streams. Against
-    the published FSDP1 A100 runs (bench/accuracy/published_cuda.py) the per-stream pools
-    bring the full fine-tunes' device peak from 10-20% under to within 3%."""
-    if plan.strategy != "fsdp" or plan.gpus * plan.nodes <= 1 or plan.fsdp == "no-shard":
+    sharded gradients (:685-700). DeepSpeed ZeRO-3 gathers parameters into buffers allocated
+    under its allgather stream (0.19.8 runtime/zero/partitioned_param_coordinator.py:606-609,
+    partition_parameters.py:1343 _all_gather_dtype, :1388 _all_gather_sequential), a stream of
+    its own with overlap_comm (parameter_offload.py:195-196), which stage 3 turns on unless the
+    config says otherwise
+    (zero/config.py:384-386; the plan's overlap_comm field is stages 1-2's); its gradients
+    go to partition buffers made at init. Derived from source: a CPU trace has no streams.
+    Against the published FSDP1 A100 runs (bench/accuracy/published_cuda.py) the per-stream
+    pools bring the full fine-tunes' device peak from 10-20% under to within 3%; no ZeRO-3
+    run with the GPU's memory published is here to check its stream."""
+    if plan.world <= 1:
+        return 0, 0
+    if plan.strategy == "zero":
+        return (UNSHARD_STREAM if plan.zero == 3 else 0), 0
+    if plan.strategy != "fsdp" or plan.fsdp == "no-shard":
         return 0, 0
     return (UNSHARD_STREAM if plan.fsdp_version == 1 else 0), REDUCE_STREAM
 
