@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from trainmem.core.allocator import Alloc, simulate
+from trainmem.core.architecture import ModelSpec
 from trainmem.core.device_peak import with_workspaces
 from trainmem.core.estimator import estimate, outside_allocator, step_sizes
 from trainmem.core.fit import judge_fit
@@ -135,6 +136,13 @@ def plan(run: Run) -> Plan:
     return Plan(**fields).validated()
 
 
+def spec(model: str) -> ModelSpec:
+    """A run's model, from the catalogue."""
+    entry = catalog.find(model)
+    assert entry is not None, model
+    return entry.spec()
+
+
 @functools.cache
 def compared() -> tuple[dict[str, Any], ...]:
     """Each run beside the estimate: bytes published and ours, and our verdict on the GPU."""
@@ -142,9 +150,7 @@ def compared() -> tuple[dict[str, Any], ...]:
     assert gpu is not None
     rows = []
     for run in RUNS:
-        entry = catalog.find(run.model)
-        assert entry is not None, run.model
-        est = estimate(plan(run), entry.spec())
+        est = estimate(plan(run), spec(run.model))
         rows.append(
             {
                 "run": run,
@@ -163,14 +169,13 @@ def one_stream_device(row: dict[str, Any]) -> int:
     """The row's device peak were every tensor allocated on the default stream: the plan's
     sequence with its streams dropped, through the same simulation."""
     p = plan(row["run"])
-    entry = catalog.find(p.model)
-    assert entry is not None
-    spec = entry.spec()
-    built = step_events(p, spec, step_sizes(p, spec))
-    family = estimate(p, spec).runtime_figures.gpu_family
+    model = spec(p.model)
+    built = step_events(p, model, step_sizes(p, model))
+    family = estimate(p, model).runtime_figures.gpu_family
     sequence = with_workspaces(built.events, built.loaded, family)
     flat = [Alloc(e.id, e.size) if isinstance(e, Alloc) else e for e in sequence]
-    return int(simulate(flat, peak_segments=False).peak_reserved + row["runtime ours"])
+    peak = simulate(flat, config=p.allocator, peak_segments=False).peak_reserved
+    return int(peak + row["runtime ours"])
 
 
 def measured(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -367,9 +372,7 @@ def traced_section(rows: list[dict[str, Any]]) -> list[str]:
         on_cpu = []
         for r, today in quantized:
             p = plan(r["run"])
-            entry = catalog.find(p.model)
-            assert entry is not None
-            cpu = estimate(p, entry.spec(), "cpu").allocated_bytes
+            cpu = estimate(p, spec(p.model), "cpu").allocated_bytes
             on_cpu.append(f"{error(cpu, today['peak_allocated_bytes']):+.1f}%")
         out[-1] += (
             " The QLoRA rows' estimate is the CUDA one against a CPU trace: for each LoRA "

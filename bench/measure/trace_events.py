@@ -260,7 +260,9 @@ def qlora_cases() -> list[tuple[str, Plan, str]]:
     bench/accuracy/published_cuda.py (Mistral-7B, nf4, double quantization, r 16 on q/k/v/o,
     4,096 tokens, batch 4, checkpointing, foreach AdamW; sdpa for flash-attention 2) with
     today's versions."""
-    qlora, mp = harness.qlora, harness.measured_plan
+    import published_versions  # the runs' set-up, written once there
+
+    qlora = harness.qlora
     out: list[tuple[str, Plan, str]] = []
     for name in ("SmolLM2-135M", "Qwen2.5-0.5B", "Llama-3.2-1B"):
         for plan in (
@@ -268,15 +270,9 @@ def qlora_cases() -> list[tuple[str, Plan, str]]:
             qlora(False, seq_len=2048, batch=1),
         ):
             out.append((name, plan, "fake"))
-    published = {
-        "lora_rank": 16,
-        "lora_alpha": 16.0,
-        "lora_dropout": 0.1,
-        "lora_targets": "attention",
-        "kbit_prep": True,
-    }
-    for batch in (4, 8):
-        plan = mp("qlora", "bf16", "adamw-foreach", 4096, batch, grad_ckpt=True, **published)
+    for _method, batch in published_versions.TODAY_ONLY.values():
+        fields = {**published_versions.QLORA, "batch": batch}
+        plan = dataclasses.replace(published_versions.BASE, **fields).validated()
         out.append(("Mistral-7B-v0.1", plan, "fake"))
     return out
 
@@ -339,11 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out or harness.REPO / f"bench/results/trace-cpu{suffix}.json"
     if args.threads:
         torch.set_num_threads(args.threads)
-    models = {**harness.load_models(), **TINY}
-    # The published runs' Mistral-7B-v0.1: v0.3's shapes with v0.1's 32,000-token vocabulary
-    # (as bench/measure/published_versions.py builds it)
-    v03 = models["Mistral-7B-v0.3"]
-    models["Mistral-7B-v0.1"] = {**v03, "name": "Mistral-7B-v0.1", "vocab_size": 32000}
+    import published_versions
+
+    # with the published runs' Mistral-7B-v0.1 (qlora_cases)
+    models = {**harness.load_models(), **TINY, "Mistral-7B-v0.1": published_versions.mistral_v01()}
     cmd = "python bench/measure/trace_events.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )

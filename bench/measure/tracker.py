@@ -39,6 +39,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from trainmem.probe.fake4bit import quant_state_tensors
+
 CATEGORIES = ("parameters", "gradients", "optimizer", "other")
 
 
@@ -153,11 +155,7 @@ class StorageTracker(TorchDispatchMode):
         """Register what is alive before the step: weights (+ buffers and bitsandbytes
         quantisation state, counted as parameters), existing grads, optimizer states."""
         params = list(model.parameters())
-        static: list[torch.Tensor] = list(params) + list(model.buffers())
-        for p in params:
-            qs = getattr(p, "quant_state", None)
-            if qs is not None:
-                static.extend(_quant_state_tensors(qs))
+        static: list[torch.Tensor] = [*params, *model.buffers(), *quant_state_tensors(params)]
         self.register(static, "parameters")
         self.register([p.grad for p in params if p.grad is not None], "gradients")
         if optimizer is not None:
@@ -278,18 +276,3 @@ class StorageTracker(TorchDispatchMode):
             )
             for k, v in rows2
         ]
-
-
-def _quant_state_tensors(qs: Any) -> list[torch.Tensor]:
-    out: list[torch.Tensor] = []
-    for name in ("absmax", "code"):
-        v = getattr(qs, name, None)
-        if isinstance(v, torch.Tensor):
-            out.append(v)
-    st2 = getattr(qs, "state2", None)
-    if st2 is not None:
-        out.extend(_quant_state_tensors(st2))
-    off = getattr(qs, "offset", None)
-    if isinstance(off, torch.Tensor):
-        out.append(off)
-    return out

@@ -13,7 +13,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from accuracy import published_cuda
 
 from trainmem.core.estimator import estimate
-from trainmem.sources import catalog
 
 
 def test_each_run_is_planned_as_it_ran() -> None:
@@ -92,9 +91,7 @@ def test_the_estimate_follows_todays_trace_of_the_one_gpu_runs() -> None:
             # tensor of each LoRA input, CUDA's a 1-byte mask (the published row's estimate)
             assert "4.48.1" not in by_version
             plan = published_cuda.plan(row["run"])
-            entry = catalog.find(plan.model)
-            assert entry is not None
-            on_cpu = estimate(plan, entry.spec(), "cpu").allocated_bytes
+            on_cpu = estimate(plan, published_cuda.spec(plan.model), "cpu").allocated_bytes
             assert abs(published_cuda.error(on_cpu, today)) < 2.0
             assert row["allocated ours"] < on_cpu
             continue

@@ -94,7 +94,7 @@ def test_the_cuda_matmul_dequantizes_above_the_custom_kernels_floor(
         absmax, nested = torch.empty(8), torch.empty(256 * 512 // 64, dtype=torch.uint8)
         code, offset = torch.empty(256), torch.empty(())
         recorder = _Recorder()
-        gemm = fake4bit.cuda_gemm_4bit(torch).default
+        gemm = fake4bit.cuda_gemm_4bit(torch)
         for tensor in (a, packed, absmax, nested, code, offset):  # there before the op
             recorder.see(tensor)
         before = len(recorder.events)

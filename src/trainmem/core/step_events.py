@@ -172,12 +172,12 @@ def _streams(plan: Plan) -> tuple[int, int]:
     under its allgather stream (0.19.8 runtime/zero/partitioned_param_coordinator.py:606-609,
     partition_parameters.py:1343 _all_gather_dtype, :1388 _all_gather_sequential), a stream of
     its own with overlap_comm (parameter_offload.py:195-196), which stage 3 turns on unless the
-    config says otherwise
-    (zero/config.py:384-386; the plan's overlap_comm field is stages 1-2's); its gradients
-    go to partition buffers made at init. Derived from source: a CPU trace has no streams.
-    Against the published FSDP1 A100 runs (bench/accuracy/published_cuda.py) the per-stream
-    pools bring the full fine-tunes' device peak from 10-20% under to within 3%; no ZeRO-3
-    run with the GPU's memory published is here to check its stream."""
+    config says otherwise (zero/config.py:384-386; the plan's overlap_comm field is stages
+    1-2's); its gradients go to partition buffers made at init. Derived from source: a CPU
+    trace has no streams. Against the published FSDP1 A100 runs
+    (bench/accuracy/published_cuda.py) the per-stream pools bring the full fine-tunes' device
+    peak from 10-20% under to within 3%; no ZeRO-3 run with the GPU's memory published is here
+    to check its stream."""
     if plan.world <= 1:
         return 0, 0
     if plan.strategy == "zero":

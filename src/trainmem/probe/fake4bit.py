@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from trainmem.core.errors import PlanError
 
 CUSTOM_MAX_ROWS = 4  # backends/cuda/ops.py _GEMM_4BIT_CUSTOM_FLOOR_M: the custom kernel always
+QUANTS = ("nf4", "fp4")  # the 4-bit formats loaded here (LLM.int8 is Linear8bitLt's)
 
 
 def _bnb() -> Any:
@@ -44,14 +45,31 @@ def _bnb() -> Any:
         raise PlanError("trace", "a QLoRA trace needs bitsandbytes installed") from None
 
 
+def check_quant(quant: str) -> None:
+    """One line for a format this load cannot make."""
+    if quant not in QUANTS:
+        raise PlanError("trace", f"quant {quant} is not traced (nf4 and fp4 are)")
+
+
+def quant_state_tensors(params: Iterable[Any]) -> list[Any]:
+    """The tensors of the 4-bit weights' quantization states among ``params`` (absmax, code,
+    offset, and the nested state's): part of the loaded model, but no parameter or buffer."""
+    out: list[Any] = []
+    for param in params:
+        state = getattr(param, "quant_state", None)
+        while state is not None:
+            out += [t for t in (state.absmax, state.code, state.offset) if t is not None]
+            state = state.state2
+    return out
+
+
 def load_4bit(torch: Any, transformers: Any, model: Any, quant: str, double_quant: bool) -> None:
     """Quantize ``model`` (built in bf16 under the active FakeTensorMode) in place to
     ``quant`` (nf4 or fp4, bf16 compute, as QLoRA recipes load it): the modules bitsandbytes
     replaces, their weights packed as fake tensors."""
     bnb = _bnb()
     fake_tensor = importlib.import_module("torch._subclasses.fake_tensor")
-    if quant not in ("nf4", "fp4"):
-        raise PlanError("trace", f"quant {quant} is not traced (nf4 and fp4 are)")
+    check_quant(quant)
     config = transformers.BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type=quant,
@@ -107,10 +125,10 @@ def fake_dynamic_map(torch: Any) -> Iterator[None]:
             functional.name2qmap["dynamic"] = saved
 
 
-def cuda_gemm_4bit(torch: Any) -> Any:
+def cuda_gemm_4bit(torch: Any) -> Callable[..., Any]:
     """``bitsandbytes::gemm_4bit`` as the CUDA backend allocates it (see the module's text)."""
 
-    def default(
+    def gemm_4bit(
         A: Any,
         B: Any,
         shapeB: Any,
@@ -131,7 +149,7 @@ def cuda_gemm_4bit(torch: Any) -> Any:
         dequantized = torch.empty(tuple(shapeB), dtype=A.dtype, device=A.device)
         return torch.nn.functional.linear(A, dequantized, bias)
 
-    return type("gemm_4bit", (), {"default": staticmethod(default)})
+    return gemm_4bit
 
 
 @contextlib.contextmanager
@@ -143,10 +161,10 @@ def matmul(torch: Any, device: str) -> Iterator[None]:
     kernels allocate their outputs; then F.linear); restored after."""
     _bnb()  # installed, or one line
     if device == "cuda":
-        shim = cuda_gemm_4bit(torch)
+        impl = cuda_gemm_4bit(torch)
     else:
         impl = importlib.import_module("bitsandbytes.backends.default.ops")._gemm_4bit_default_impl
-        shim = type("gemm_4bit", (), {"default": staticmethod(impl)})
+    shim = type("gemm_4bit", (), {"default": staticmethod(impl)})  # as op.default is called
     namespace = torch.ops.bitsandbytes
     saved = namespace.__dict__.get("gemm_4bit")
     namespace.gemm_4bit = shim

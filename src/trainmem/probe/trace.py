@@ -53,6 +53,7 @@ from trainmem.core.text import visible
 from trainmem.probe import fake4bit
 
 OPTIMIZERS = ("adamw", "adamw-foreach", "sgd")
+LIBRARIES = ("torch", "transformers", "peft")  # whose versions every trace names
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,8 @@ def check(plan: Plan, spec: ModelSpec) -> None:
         )
     if plan.method not in ("full", "lora", "qlora"):
         raise PlanError("trace", f"method {plan.method} is not traced (full, lora and qlora are)")
-    if plan.method == "qlora" and plan.quant not in ("nf4", "fp4"):
-        raise PlanError("trace", f"quant {plan.quant} is not traced (nf4 and fp4 are)")
+    if plan.method == "qlora":
+        fake4bit.check_quant(plan.quant)
     if plan.optimizer not in OPTIMIZERS:
         raise PlanError("trace", f"optimizer {plan.optimizer} is not traced")
     if plan.world > 1 or plan.strategy != "ddp":
@@ -323,7 +324,8 @@ def _trace(plan: Plan, spec: ModelSpec, steps: int) -> Trace:
             model = _build(torch, plan, spec)
         optimizer = _optimizer(torch, model, plan)
         ids = torch.randint(0, spec.vocab, (plan.batch, plan.seq_len))
-        for tensor in [*model.parameters(), *model.buffers(), *_quant_states(model), ids]:
+        params = list(model.parameters())
+        for tensor in [*params, *model.buffers(), *fake4bit.quant_state_tensors(params), ids]:
             recorder.see(tensor)
         loaded = len(recorder.events)
         with (
@@ -336,20 +338,8 @@ def _trace(plan: Plan, spec: ModelSpec, steps: int) -> Trace:
         recorder.on = False
         del model, optimizer, ids
     gc.collect()
-    names = ("torch", "transformers", "peft") + (("bitsandbytes",) if quantized else ())
+    names = LIBRARIES + (("bitsandbytes",) if quantized else ())
     return Trace(tuple(recorder.events), loaded, versions(names), time.perf_counter() - started)
-
-
-def _quant_states(model: Any) -> list[Any]:
-    """The tensors of 4-bit weights' quantization states (absmax, nested absmax, code,
-    offset), part of the loaded model but no parameter or buffer."""
-    out: list[Any] = []
-    for module in model.modules():
-        state = getattr(getattr(module, "weight", None), "quant_state", None)
-        while state is not None:
-            out += [t for t in (state.absmax, state.code, state.offset) if t is not None]
-            state = state.state2
-    return out
 
 
 @dataclass(frozen=True)
@@ -377,7 +367,7 @@ def traced_peak(
     return TracedPeak(sim.peak_reserved, allocated, sim.peak_allocated, workspace_bytes(family))
 
 
-def versions(names: tuple[str, ...] = ("torch", "transformers", "peft")) -> dict[str, str]:
+def versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
     """The versions of the libraries the trace ran, as installed."""
     out = {}
     for name in names:
