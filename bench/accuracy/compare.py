@@ -30,6 +30,7 @@ from accuracy.published_cuda import published_cuda_section
 from trainmem.core.allocator import simulate
 from trainmem.core.architecture import spec_from_config
 from trainmem.core.estimator import estimate, step_sizes
+from trainmem.core.fit import judge_fit
 from trainmem.core.plan import STACKS, Plan
 from trainmem.core.recipes import recipe
 from trainmem.core.runtime import built_in_figures
@@ -379,8 +380,10 @@ def monotony_section(sweep: list[dict[str, Any]]) -> list[str]:
         "the longest sequence and largest batch a report gives are searched from the plan's "
         "own value, on its side of its verdict. The last column runs the step within the "
         "H100's memory, where PyTorch's allocator frees its cached segments and retries "
-        "before an out-of-memory error; the verdicts stay on the plentiful peak (why: "
-        "docs/planning.md). Llama-3.1-8B, full, FSDP on 8 GPUs, 2,048 tokens:",
+        "before an out-of-memory error, and gives the verdict, judged on that run: a step the "
+        "retry runs is tight, so a swing of the reserve with memory to spare does not make a "
+        "smaller batch too big beside larger ones that fit (docs/planning.md). Llama-3.1-8B, "
+        "full, FSDP on 8 GPUs, 2,048 tokens:",
         "",
         "| batch | tensors' peak GB | simulated reserved GB | fragmentation GB "
         "| on an H100 (85.5 GB) |",
@@ -391,7 +394,10 @@ def monotony_section(sweep: list[dict[str, Any]]) -> list[str]:
         peak = est.device_peak
         assert peak is not None
         on = device_peak_on(est, usable, "gpu")
-        there = "runs by the cache retry" if on.retried else ("fails" if on.failure else "fits")
+        verdict = judge_fit(on.bytes, "H100", usable, on.retried).verdict
+        there = f"{verdict}: " + (
+            "runs by the cache retry" if on.retried else ("fails" if on.failure else "runs")
+        )
         lines.append(
             f"| {batch} | {peak.tensors / 1e9:.2f} | {peak.reserved / 1e9:.2f} "
             f"| {peak.fragmentation / 1e9:.2f} | {there} |"

@@ -33,9 +33,13 @@ def test_json_contract(capsys):
         assert f["headroom_bytes"] == f["usable_bytes"] - f["required_bytes"]
     # The CUDA context and allocator reserve are charged on the GPU only, not on a Mac.
     gpu, mac = out["fit"]
-    assert (
-        gpu["required_bytes"] == out["peak"]["device_bytes"] and out["peak"]["device_kind"] == "gpu"
-    )
+    peak = gpu["device_peak"]
+    assert peak["with_memory_to_spare_bytes"] == out["peak"]["device_bytes"]
+    assert out["peak"]["device_kind"] == "gpu"
+    # Over the 4090 with memory to spare, the step runs within it by the allocator's cache
+    # retry: judged on that run, tight.
+    assert peak["allocator_retries"] and gpu["verdict"] == "tight"
+    assert gpu["required_bytes"] <= gpu["usable_bytes"] < out["peak"]["device_bytes"]
     assert mac["required_bytes"] == out["peak"]["allocated_bytes"] < gpu["required_bytes"]
     assert out["model"]["download_bytes"] == 2 * out["model"]["params"]  # bf16 weights
     for a in out["advice"]:

@@ -395,20 +395,21 @@ def test_old_plan_files_keep_their_meaning():
 
 def test_fewest_gpus_is_the_smallest_count_that_fits():
     from trainmem.core.fit import Budget
-    from trainmem.core.whatif import SHARDINGS, fewest_gpus
+    from trainmem.core.whatif import SHARDINGS, fewest_gpus, need
     from trainmem.sources.resolve import resolve_model
 
     spec = resolve_model("Qwen/Qwen2.5-7B")
     p = Plan(model="Qwen/Qwen2.5-7B", method="full", device="40GB").validated()
     usable = 40 * 10**9
-    answers = fewest_gpus(p, spec, Budget(usable))
+    budget = Budget(usable)
+    answers = fewest_gpus(p, spec, budget)
     assert answers["ddp"] is None  # DDP replicates everything: more GPUs never help
     for name, n in answers.items():
         if n is None:
             continue
         sharded = replace(p, **SHARDINGS[name])
-        assert estimate(replace(sharded, gpus=n), spec).judged_bytes <= usable
-        assert n == 1 or estimate(replace(sharded, gpus=n - 1), spec).judged_bytes > usable
+        assert need(replace(sharded, gpus=n), spec, budget) <= usable
+        assert n == 1 or need(replace(sharded, gpus=n - 1), spec, budget) > usable
     assert answers["zero-3"] is not None and answers["fsdp full-shard"] is not None
     assert answers["zero-3 + params offload"] <= answers["zero-3"]
 
@@ -530,13 +531,14 @@ def test_a_plan_too_big_before_the_allocator_is_not_simulated(monkeypatch):
 
 def test_multi_gpu_advice_offers_stage_offload_and_more_gpus():
     from trainmem.core.fit import Budget
-    from trainmem.core.whatif import advice
+    from trainmem.core.whatif import advice, need
     from trainmem.sources.resolve import resolve_model
 
     spec = resolve_model("Qwen/Qwen2.5-7B")
     p = Plan(model="Qwen/Qwen2.5-7B", method="full", zero=1, gpus=2).validated()
     usable = 40 * 10**9
-    actions = {a.action: a for a in advice(p, spec, Budget(usable))}
+    budget = Budget(usable)
+    actions = {a.action: a for a in advice(p, spec, budget)}
     assert "raise the ZeRO stage to 2" in actions
     assert "offload the optimizer to host RAM" in actions
     more = [a for a in actions.values() if a.action.startswith("use ") and "GPUs" in a.action]
@@ -544,7 +546,7 @@ def test_multi_gpu_advice_offers_stage_offload_and_more_gpus():
     for a in actions.values():  # each answer re-estimated
         if a.action.startswith("pick a smaller model"):
             continue
-        after = estimate(replace(p, **dict(a.changes)), spec).judged_bytes
+        after = need(replace(p, **dict(a.changes)), spec, budget)
         assert a.fits_after == (after <= usable)
 
 

@@ -1,7 +1,7 @@
 """A step too big on its device peak, run again within the GPU's memory: PyTorch's allocator
 frees its wholly free cached segments and retries before it raises an out-of-memory error
-(CUDACachingAllocator.cpp malloc), so the reports say where that retry would save the step,
-and where it fails first when it would not. Verdicts stay on the peak with memory to spare."""
+(CUDACachingAllocator.cpp malloc), so a step that runs by that retry fits (tight: at the
+device's limit), and one that fails says where first. The searches count it the same way."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from rich.console import Console
 
 from trainmem.cli.render import render_report
 from trainmem.core.estimator import device_peak_on, estimate
+from trainmem.core.fit import Budget
 from trainmem.core.plan import Plan
 from trainmem.core.target import DeviceTarget
+from trainmem.core.whatif import max_batch, max_seq_len, need_on
 from trainmem.planner.report import build_report
 from trainmem.sources import catalog
 
@@ -33,12 +35,28 @@ def test_one_byte_short_of_the_peak_the_retry_runs_the_step_within_the_gpu():
     assert on.retried and on.failure is None
     assert on.bytes <= EST.device_bytes - 1 < on.unlimited == EST.device_bytes
     report = _report(EST.device_bytes - 1)
-    assert report.fit[0].verdict == "too big"  # judged on the peak with memory to spare
+    fit = report.fit[0]
+    # judged on the step as it runs there: within the GPU, but at its limit
+    assert fit.verdict == "tight" and fit.required_bytes == on.bytes
     assert report.first_failure is None
-    assert report.to_json()["fit"][0]["device_peak"]["allocator_retries"] is True
+    device_peak = report.to_json()["fit"][0]["device_peak"]
+    assert device_peak["allocator_retries"] is True
+    assert device_peak["with_memory_to_spare_bytes"] == EST.device_bytes
     out = io.StringIO()
     render_report(report, Console(file=out, width=400))
-    assert "frees its cached segments and retries" in out.getvalue()
+    assert (
+        "TIGHT" in out.getvalue() and "fits only by the allocator's cache retry" in out.getvalue()
+    )
+
+
+def test_the_searches_count_a_step_the_retry_runs_as_fitting():
+    budget = Budget(EST.device_bytes - 1)
+    assert need_on(PLAN, SPEC, budget) == (
+        device_peak_on(EST, budget.usable_bytes, "gpu").bytes,
+        True,
+    )
+    assert max_seq_len(PLAN, SPEC, budget) >= PLAN.seq_len
+    assert max_batch(PLAN, SPEC, budget) >= PLAN.batch
 
 
 def test_with_room_only_for_the_tensors_the_step_fails_and_says_where():
@@ -60,5 +78,5 @@ def test_the_dashboard_marks_a_verdict_the_retry_would_change():
     from trainmem.app.widgets.breakdown import fit_text
 
     saved = fit_text(_report(EST.device_bytes - 1)).plain
-    assert "TOO BIG" in saved.upper() and "cache retry" in saved
+    assert "TIGHT" in saved.upper() and "cache retry" in saved
     assert "cache retry" not in fit_text(_report(EST.allocated_bytes + CONTEXT)).plain

@@ -104,7 +104,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
             nodes = f" (nodes of {w.gpus_per_node} GPUs)" if w.gpus_per_node > 1 else ""
             out.print(f"fewest that fit there{nodes}: {w.fewest_text()}")
     if report.advice:
-        out.print(Text("To make it fit, in the guide's order:", style="bold"))
+        aim = "For more headroom" if report.deciding_fit[0].fits else "To make it fit"
+        out.print(Text(f"{aim}, in the guide's order:", style="bold"))
         for i, a in enumerate(report.advice, 1):
             after = "fits" if a.fits_after else "still too big"
             out.print(safe(f"  {i}. {a.action}: saves {fmt_bytes(a.saves_bytes)}, {after}"))
@@ -133,12 +134,14 @@ def device_peak_line(est: Estimate) -> str:
 
 
 def retry_line(device: str, within: int, unlimited: int) -> str:
-    """A plan too big on its device peak that the allocator's retry would still run."""
+    """A plan over its device on the peak with memory to spare that the allocator's retry
+    still runs: tight, and why."""
     return (
-        f"on {device} the simulated allocator, short of new memory, frees its cached segments "
-        f"and retries (as PyTorch does before an out-of-memory error), then runs the step "
-        f"within {fmt_bytes(within)}: a borderline plan, judged on its device peak with "
-        f"memory to spare ({fmt_bytes(unlimited)})"
+        f"on {device} the step fits only by the allocator's cache retry: with memory to spare "
+        f"it would reserve {fmt_bytes(unlimited)}; short of new memory the simulated "
+        "allocator frees its cached segments and retries (as PyTorch does before an "
+        f"out-of-memory error) and runs it within {fmt_bytes(within)}. Tight: each retry "
+        "waits for the GPU to finish (cudaFree), which slows the steps that hit it"
     )
 
 

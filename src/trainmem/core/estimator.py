@@ -605,9 +605,10 @@ def device_peak_on(
     context's share left out); a calibration's reserve correction (measured over simulated
     bytes) shrinks that capacity in the same proportion.
 
-    Verdicts stay on the peak with memory to spare: a run the retry saves is borderline
-    (its sequence is synthetic: which cached segments are wholly free is the least certain
-    part), and the reports say so beside the verdict."""
+    Verdicts are judged on this run (``bytes``): a step the retry saves fits, but tight
+    (trainmem.core.fit.judge_fit), since it runs at the device's limit and each retry waits
+    for the GPU; the reports say so beside the verdict. The published A100 run that needed it
+    (bench/accuracy/published_cuda.py, Mistral-7B full at batch 8) ran."""
     figures = figures or est.runtime_figures
     unlimited = est.device_bytes_on(kind, figures)
     correction = figures.reserve_correction if figures.calibrated else 1.0

@@ -44,11 +44,14 @@ def low_free(free_bytes: int | None, total_bytes: int | None) -> bool:
     )
 
 
-def judge_fit(required_bytes: int, device: str, usable: int) -> FitResult:
+def judge_fit(required_bytes: int, device: str, usable: int, retried: bool = False) -> FitResult:
+    """``retried``: the step runs within ``usable`` only because the caching allocator, short
+    of new memory, freed its cached segments and retried (trainmem.core.estimator.OnDevice):
+    it fits, but at the device's limit, so never better than tight."""
     headroom = usable - required_bytes
     if headroom < 0:
         verdict = "too big"
-    elif headroom < TIGHT_FRACTION * usable:
+    elif retried or headroom < TIGHT_FRACTION * usable:
         verdict = "tight"
     else:
         verdict = "fits"

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from trainmem.core.architecture import ModelSpec
-from trainmem.core.estimator import estimate
+from trainmem.core.estimator import device_peak_on, estimate
 from trainmem.core.fit import TIGHT_FRACTION, Budget
 from trainmem.core.methods import METHODS
 from trainmem.core.plan import Plan
@@ -41,15 +42,28 @@ def _largest(fits: Callable[[int], bool], low: int, high: int) -> int | None:
     return low
 
 
-def need(plan: Plan, spec: ModelSpec, budget: Budget, exact: bool = True) -> int:
-    """What ``plan`` needs of ``budget``'s device: its device peak, or for a plan judged on
-    the rule of thumb the larger of the rule and the peak (both verdicts must pass).
-    ``exact=False``: the quick figure without the allocator's simulation, which searches
-    use to find where to look before they settle the answer exactly."""
+class Need(NamedTuple):
+    bytes: int
+    retried: bool  # the step runs within the GPU only by the allocator's cache retry
+
+
+def need_on(plan: Plan, spec: ModelSpec, budget: Budget, exact: bool = True) -> Need:
+    """What ``plan`` needs of ``budget``'s device: its device peak there, or for a plan judged
+    on the rule of thumb the larger of the rule and the peak (both verdicts must pass). On a
+    GPU the peak is the step as run within its memory (device_peak_on): over the GPU with
+    memory to spare, it may still run by the allocator's cache retry, as the report's verdict
+    counts it. ``exact=False``: the quick figure without the allocator's simulation, which
+    searches use to find where to look before they settle the answer exactly."""
     est = estimate(plan, spec, runtime=budget.kind, figures=budget.figures, simulate=exact)
-    return (
-        max(est.device_bytes, est.rule_of_thumb_bytes) if plan.rule_of_thumb else est.judged_bytes
-    )
+    on = device_peak_on(est, budget.usable_bytes, budget.kind, budget.figures)
+    if plan.rule_of_thumb:
+        return Need(max(on.bytes, est.rule_of_thumb_bytes), on.retried)
+    return Need(on.bytes, on.retried)
+
+
+def need(plan: Plan, spec: ModelSpec, budget: Budget, exact: bool = True) -> int:
+    """need_on's bytes."""
+    return need_on(plan, spec, budget, exact).bytes
 
 
 def _fits(plan: Plan, spec: ModelSpec, budget: Budget, exact: bool = True) -> bool:

@@ -29,7 +29,7 @@ from trainmem.core.architecture import ModelSpec
 from trainmem.core.fit import Budget, judge_fit
 from trainmem.core.plan import FIELDS_BY_NAME, Plan
 from trainmem.core.target import DeviceTarget
-from trainmem.core.whatif import max_seq_len, need
+from trainmem.core.whatif import Need, max_seq_len, need_on
 from trainmem.planner import KEEP_SHARE
 from trainmem.planner.report import Report
 from trainmem.sources.chat_template import TemplateError
@@ -312,14 +312,21 @@ def length_report(
     lengths, limit = data.lengths, plan.seq_len
     n = lengths.examples
 
-    def judged(seq_len: int) -> int:
+    def judged_on(seq_len: int) -> Need:
         # An example longer than any plan may be (one 40 MB text) is judged at that longest
         # plan: a lower bound of its need, which _warnings says.
-        return need(replace(plan, seq_len=min(seq_len, LONGEST_PLAN)), spec, budget)
+        return need_on(replace(plan, seq_len=min(seq_len, LONGEST_PLAN)), spec, budget)
+
+    def judged(seq_len: int) -> int:
+        return judged_on(seq_len).bytes
 
     def memory_at(label: str, seq_len: int) -> MemoryAt:
-        required = judged(seq_len)
-        verdict = judge_fit(required, target.name, target.usable_bytes).verdict if target else None
+        required, retried = judged_on(seq_len)
+        verdict = (
+            judge_fit(required, target.name, target.usable_bytes, retried).verdict
+            if target
+            else None
+        )
         return MemoryAt(label, seq_len, required, verdict)
 
     pct = {f"p{q}": lengths.percentile(q) for q in PERCENTILES}

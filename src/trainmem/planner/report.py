@@ -244,6 +244,7 @@ class Report:
                         "verdict": p.verdict,
                         "headroom_bytes": p.headroom_bytes,
                         "allocator_retries": o.retried,
+                        "with_memory_to_spare_bytes": o.unlimited,
                     },
                     "runtime_figures": b.figures.source if t.kind == "gpu" else None,
                 }
@@ -349,8 +350,8 @@ def build_report(
     first = budgets[0] if budgets else Budget(0)
     est = estimate(plan, spec, runtime=first.kind, figures=first.figures, simulate=simulate)
     on = tuple(device_peak_on(est, b.usable_bytes, b.kind, b.figures) for b in budgets)
-    peaks = tuple(
-        judge_fit(o.unlimited, t.name, b.usable_bytes)
+    peaks = tuple(  # on the step as it runs there: a run the cache retry saves is tight
+        judge_fit(o.bytes, t.name, b.usable_bytes, retried=o.retried)
         for o, t, b in zip(on, targets, budgets, strict=True)
     )
     fits = (  # the rule of thumb alone, or the device peak (Estimate.judged_bytes_on)

@@ -166,7 +166,7 @@ def fit_line(fit: FitResult, basis: str = "", retried: bool = False) -> Text:
     if basis:
         out.append(f" {basis}", style="dim")
     if retried:
-        out.append("  (fits only if the allocator's cache retry saves it)", style="dim")
+        out.append("  (only by the allocator's cache retry)", style="dim")
     return out
 
 
@@ -174,8 +174,10 @@ def headline_text(report: Report) -> Text:
     """One line for the top of a narrow screen: the judged figure and the first verdict."""
     est = report.estimate
     out = Text(no_wrap=True, overflow="ellipsis")
+    # the figure judged on the first device: the step as it runs there (the cache retry's)
+    needed = report.deciding_fit[0].required_bytes if report.fit else est.judged_bytes
     out.append("needs ", style="dim")
-    out.append(fmt_bytes(est.judged_bytes), style="bold")
+    out.append(fmt_bytes(needed), style="bold")
     if report.cpu_only:
         out.append(" · no GPU here: set Device to the machine that will train", style="bold")
     elif report.fit:
