@@ -104,7 +104,7 @@ def main() -> None:
         for simulated in (True, False):
             samples = []
             for _ in range(7):
-                device_peak._device_peak.cache_clear()
+                device_peak.clear_cache()
                 start = time.perf_counter()
                 estimate(plan, spec, simulate=simulated)
                 samples.append(time.perf_counter() - start)
@@ -116,7 +116,7 @@ def main() -> None:
         )
         samples = []
         for _ in range(3):
-            device_peak._device_peak.cache_clear()
+            device_peak.clear_cache()
             before = device_peak._device_peak.cache_info().misses
             start = time.perf_counter()
             build_report(plan, spec)

@@ -159,8 +159,12 @@ def test_cached_blocks_are_freed_and_the_allocation_retried():
         ("segment_alloc", 70 * MiB),
     ]
     assert sim.peak_reserved == 70 * MiB
+    assert sim.failed_mallocs == 1  # the 70 MiB request's first cudaMalloc
     # unlimited, the 60 MiB segment stays cached beside the new one
-    assert simulate(trace).peak_reserved == 130 * MiB
+    unlimited = simulate(trace)
+    assert unlimited.peak_reserved == 130 * MiB and unlimited.failed_mallocs == 0
+    assert simulate(trace, capacity=130 * MiB).failed_mallocs == 0
+    assert simulate(trace, capacity=60 * MiB).failed_mallocs == 1  # then out of memory
 
 
 def test_oversize_cached_blocks_are_released_first_with_max_split_size():

@@ -510,23 +510,25 @@ def test_a_search_agrees_with_the_plans_own_verdict_where_the_need_is_not_monoto
 
 
 def test_a_plan_too_big_before_the_allocator_is_not_simulated(monkeypatch):
-    from trainmem.core import whatif
+    from trainmem.core import device_peak, whatif
     from trainmem.core.fit import Budget
     from trainmem.sources.resolve import resolve_model
 
     spec = resolve_model("Qwen/Qwen2.5-7B")
     p = Plan(model="Qwen/Qwen2.5-7B", method="full", device="40GB").validated()
-    simulated = []
-    real = whatif.estimate
+    runs = []
+    real = device_peak.simulate
 
-    def counted(*args, simulate=True, **kwargs):
-        simulated.append(simulate)
-        return real(*args, simulate=simulate, **kwargs)
+    def counted(*args, **kwargs):
+        runs.append(kwargs.get("capacity"))
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(whatif, "estimate", counted)
+    monkeypatch.setattr(device_peak, "simulate", counted)
+    device_peak.clear_cache()
     assert not whatif._fits(p, spec, Budget(40 * 10**9))
-    assert simulated == [False]  # weights, gradients and Adam alone exceed 40 GB
-    assert whatif._fits(p, spec, Budget(400 * 10**9)) and simulated[-1]
+    assert runs == []  # weights, gradients and Adam alone exceed 40 GB
+    assert whatif._fits(p, spec, Budget(400 * 10**9))
+    assert len(runs) == 1  # one simulation, within the GPU, decides a plan that fits
 
 
 def test_multi_gpu_advice_offers_stage_offload_and_more_gpus():

@@ -10,9 +10,10 @@ import io
 from rich.console import Console
 
 from trainmem.cli.render import render_report
-from trainmem.core.estimator import device_peak_on, estimate
+from trainmem.core.estimator import device_peak_on, estimate, fits_within, step_sizes
 from trainmem.core.fit import Budget
 from trainmem.core.plan import Plan
+from trainmem.core.runtime import TYPICAL
 from trainmem.core.target import DeviceTarget
 from trainmem.core.whatif import max_batch, max_seq_len, need_on
 from trainmem.planner.report import build_report
@@ -80,3 +81,30 @@ def test_the_dashboard_marks_a_verdict_the_retry_would_change():
     saved = fit_text(_report(EST.device_bytes - 1)).plain
     assert "TIGHT" in saved.upper() and "cache retry" in saved
     assert "cache retry" not in fit_text(_report(EST.allocated_bytes + CONTEXT)).plain
+
+
+def test_one_simulation_within_the_gpu_gives_what_two_do():
+    """fits_within (the searches' one run within the GPU) against device_peak_on (the peak
+    with memory to spare, then the run within the GPU): the same figure and flag wherever
+    the step runs there, and nothing where it fails."""
+    quick = estimate(PLAN, SPEC, simulate=False)
+    for usable in (EST.device_bytes + 10**9, EST.device_bytes, EST.device_bytes - 1):
+        within = fits_within(quick, usable, TYPICAL)
+        on = device_peak_on(EST, usable, "gpu")
+        assert within is not None and (within.bytes, within.retried) == (on.bytes, on.retried)
+    assert fits_within(quick, EST.allocated_bytes + CONTEXT, TYPICAL) is None  # it fails
+
+
+def test_a_run_that_never_met_its_capacity_answers_for_any_it_fits():
+    from trainmem.core import device_peak as dp
+
+    step = step_sizes(PLAN, SPEC, lay=EST.layout)
+    peak = EST.device_peak
+    assert peak is not None and not peak.retried
+    dp.clear_cache()
+    roomy = dp.device_peak(PLAN, SPEC, step, EST.allocated_bytes, capacity=peak.reserved)
+    assert roomy == peak and dp._device_peak.cache_info().misses == 1
+    assert dp.device_peak(PLAN, SPEC, step, EST.allocated_bytes) is roomy  # no second run
+    short = dp.device_peak(PLAN, SPEC, step, EST.allocated_bytes, capacity=peak.reserved - 1)
+    assert short.retried and short.reserved < peak.reserved  # simulated: it meets the limit
+    assert dp._device_peak.cache_info().misses == 2

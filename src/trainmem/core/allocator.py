@@ -359,6 +359,7 @@ class CachingAllocator:
         self.event = 0  # index of the event being run, for the log
         self._next_address = _VA_START
         self._sizes: dict[int, tuple[int, int]] = {}  # request -> (rounded, segment size)
+        self.failed_mallocs = 0  # requests whose first cudaMalloc (or page map) failed
 
     # -- public operations ------------------------------------------------------------------
 
@@ -377,6 +378,8 @@ class CachingAllocator:
             if self.gc:
                 self._garbage_collect_cached_blocks()
             block = self._alloc_block(pool, size, alloc_size, stream)
+            if block is None:
+                self.failed_mallocs += 1
             if block is None and self._release_available_cached_blocks(pool, size, stream):
                 block = self._alloc_block(pool, size, alloc_size, stream)
             if block is None:
@@ -775,6 +778,9 @@ class Simulation:
     segments: tuple[Segment, ...]  # at the end
     log: tuple[SegmentEvent, ...]
     oom: Oom | None
+    # Requests that found CUDA out of memory at first (then freed cached blocks and retried,
+    # or failed): none means the run is the one an unlimited device would make.
+    failed_mallocs: int = 0
 
     @property
     def allocated_at_peak(self) -> int:
@@ -868,4 +874,5 @@ def simulate(
         segments=allocator.segments(),
         log=tuple(allocator.log),
         oom=oom,
+        failed_mallocs=allocator.failed_mallocs,
     )

@@ -52,6 +52,9 @@ class DevicePeak:
     moment: str  # where the peak was reached ("backward (last layer), step 2")
     events: int  # the sequence's length
     oom: Oom | None = None  # the first allocation that fails on the capacity given
+    # On the capacity given, CUDA ran out and the allocator's freeing its cache let the step
+    # go on (CUDACachingAllocator.cpp malloc); False on a run that never met the limit.
+    retried: bool = False
 
     @property
     def fragmentation(self) -> int:
@@ -87,8 +90,34 @@ def device_peak(
     the allocator may reserve (None: unlimited; else the first failing request is kept).
 
     Memoized: ``step`` and ``tensors`` follow from the plan and the model, so a report, its
-    searches and a dashboard redraw that meet the same plan again simulate it once."""
-    return _device_peak(plan, spec, step, tensors, family, config or plan.allocator, capacity)
+    searches and a dashboard redraw that meet the same plan again simulate it once. A run
+    that never met its capacity is the run of any capacity its peak fits, unlimited
+    included (the allocator is the same until a cudaMalloc fails), so it answers those too."""
+    config = config or plan.allocator
+    key = (plan, spec, step, tensors, family, config)
+    # Only with the plain limits: a memory fraction or expandable segments size their work by
+    # the GPU's total, which the capacity stands in for.
+    plain = not config.expandable_segments and config.per_process_memory_fraction >= 1.0
+    free = _UNLIMITED.get(key) if plain else None
+    if free is not None and (capacity is None or free.reserved <= capacity):
+        return free
+    peak = _device_peak(*key, capacity)
+    if plain and peak.oom is None and not peak.retried:
+        _UNLIMITED[key] = peak
+        while len(_UNLIMITED) > _UNLIMITED_RUNS:
+            del _UNLIMITED[next(iter(_UNLIMITED))]
+    return peak
+
+
+# Runs that never met a capacity (device_peak), oldest first: as many as the cache below.
+_UNLIMITED: dict[tuple[object, ...], DevicePeak] = {}
+_UNLIMITED_RUNS = 512
+
+
+def clear_cache() -> None:
+    """Forget every simulation (benchmarks time them afresh)."""
+    _device_peak.cache_clear()
+    _UNLIMITED.clear()
 
 
 @lru_cache(maxsize=512)
@@ -126,6 +155,7 @@ def _device_peak(
         moment=_moment(sim.oom.event if sim.oom else at, marks),  # the failing one's, if any
         events=len(sequence),
         oom=sim.oom,
+        retried=sim.failed_mallocs > 0 and sim.oom is None,
     )
 
 

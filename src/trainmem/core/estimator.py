@@ -611,9 +611,37 @@ def device_peak_on(
     (bench/accuracy/published_cuda.py, Mistral-7B full at batch 8) ran."""
     figures = figures or est.runtime_figures
     unlimited = est.device_bytes_on(kind, figures)
-    correction = figures.reserve_correction if figures.calibrated else 1.0
-    if kind != "gpu" or est.device_peak is None or unlimited <= usable_bytes or not correction:
+    if kind != "gpu" or est.device_peak is None or unlimited <= usable_bytes:
         return OnDevice(unlimited, unlimited)
+    run = _run_within(est, usable_bytes, figures)
+    if run is None:
+        return OnDevice(unlimited, unlimited)
+    if run[1].oom is not None:
+        return OnDevice(unlimited, unlimited, failure=(run[1].moment, run[1].oom))
+    return OnDevice(run[0], unlimited, retried=True)
+
+
+def fits_within(est: Estimate, usable_bytes: int, figures: RuntimeFigures) -> OnDevice | None:
+    """For a quick ``est`` (simulate=False) of a GPU plan: the step simulated within the GPU
+    only, one simulation where device_peak_on makes two. The OnDevice device_peak_on would
+    give where the step runs there, by the cache retry or without it (then its ``unlimited``
+    is the same run's); None where it fails, or where no simulation decides the reserve."""
+    run = _run_within(est, usable_bytes, figures)
+    if run is None or run[1].oom is not None or run[0] > usable_bytes:
+        return None
+    within, peak = run
+    return OnDevice(within, within, retried=True) if peak.retried else OnDevice(within, within)
+
+
+def _run_within(
+    est: Estimate, usable_bytes: int, figures: RuntimeFigures
+) -> tuple[int, DevicePeak] | None:
+    """The step simulated within ``usable_bytes`` of a GPU (less the context and NCCL; a
+    calibration's reserve correction shrinks it in proportion): the device peak it runs at,
+    and the run. None where a calibration measured no correction (its fraction stands)."""
+    correction = figures.reserve_correction if figures.calibrated else 1.0
+    if not correction:
+        return None
     from trainmem.core.device_peak import device_peak
 
     plan, spec, allocated = est.plan, est.model, est.allocated_bytes
@@ -621,10 +649,7 @@ def device_peak_on(
     capacity = int(max(0, usable_bytes - outside) / correction)
     step = step_sizes(plan, spec, lay=est.layout)
     run = device_peak(plan, spec, step, allocated, figures.gpu_family, capacity=capacity)
-    if run.oom is not None:
-        return OnDevice(unlimited, unlimited, failure=(run.moment, run.oom))
-    reserve = max(0, round(run.reserved * correction) - allocated)
-    return OnDevice(allocated + outside + reserve, unlimited, retried=True)
+    return allocated + outside + max(0, round(run.reserved * correction) - allocated), run
 
 
 def _notes(

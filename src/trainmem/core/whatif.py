@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from trainmem.core.architecture import ModelSpec
-from trainmem.core.estimator import device_peak_on, estimate
+from trainmem.core.estimator import device_peak_on, estimate, fits_within
 from trainmem.core.fit import TIGHT_FRACTION, Budget
 from trainmem.core.methods import METHODS
 from trainmem.core.plan import Plan
@@ -54,6 +54,13 @@ def need_on(plan: Plan, spec: ModelSpec, budget: Budget, exact: bool = True) -> 
     memory to spare, it may still run by the allocator's cache retry, as the report's verdict
     counts it. ``exact=False``: the quick figure without the allocator's simulation, which
     searches use to find where to look before they settle the answer exactly."""
+    if exact and budget.kind == "gpu" and not plan.rule_of_thumb:
+        # within the GPU first: one simulation where the step runs there (by the cache retry
+        # or without), the peak with memory to spare only where it fails
+        quick = estimate(plan, spec, runtime="gpu", figures=budget.figures, simulate=False)
+        within = fits_within(quick, budget.usable_bytes, budget.figures)
+        if within is not None:
+            return Need(within.bytes, within.retried)
     est = estimate(plan, spec, runtime=budget.kind, figures=budget.figures, simulate=exact)
     on = device_peak_on(est, budget.usable_bytes, budget.kind, budget.figures)
     if plan.rule_of_thumb:
