@@ -10,7 +10,7 @@ from app_helpers import plain, settle
 
 from trainmem.app import TrainmemApp
 from trainmem.app.fixture import T0, demo_sampler_factory
-from trainmem.app.widgets.devices import ClusterPane, DevicePane, DevicesPanel
+from trainmem.app.widgets.devices import ClusterPane, DevicePane, DevicesPanel, PlanMark
 from trainmem.devices.snapshot import DeviceReading, NvmlStatus, Snapshot
 from trainmem.devices.target import targets_from_readings
 
@@ -42,7 +42,7 @@ def cluster(nodes: int, gpus: int, *, full: tuple[str, int] = ("node-3", 1)) -> 
 
 def lines(devices: list[DeviceReading], plan: int | None = None, width: int = 78) -> list[str]:
     pane = ClusterPane()
-    marks = {d.id: plan for d in devices if d.kind == "gpu"} if plan else {}
+    marks = {d.id: PlanMark(plan) for d in devices if d.kind == "gpu"} if plan else {}
     pane.update_nodes(devices, marks)
     return [line.plain for line in pane._lines(width)]
 

@@ -114,7 +114,8 @@ async def test_whatif_and_advice_follow_the_report(demo_app: Callable[..., Train
         assert want.advice[0].action in plain(advice)
         # The device panes mark the predicted peak after what is already in use.
         pane = app.screen.query_one("#dev-gpu0", DevicePane)
-        assert pane.plan_bytes == want.estimate.device_bytes
+        assert pane.plan_bytes is not None
+        assert pane.plan_bytes.bytes == want.estimate.device_bytes
         assert "short" in plain(pane)
 
 

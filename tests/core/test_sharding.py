@@ -631,3 +631,32 @@ def test_accelerate_carves_an_untied_models_root():
     assert g == head_shard + sharded_layers + 2 * layer  # lm_head's: a shard already
     axolotl = estimate(replace(p, stack="axolotl"), SPEC)  # its own preparation: no carving
     assert axolotl.breakdown["forward"]["weights"] - shard == 2 * ROOT
+
+
+def test_a_search_leaps_over_a_flat_need_at_the_limit():
+    """Steps the allocator's cache retry runs within the GPU all need the GPU's bytes: no
+    slope for a secant, which crept up a token or two a probe between failing guesses (the
+    70B QLoRA plan of bench/allocator_bench.py on an H100: 30 simulations for its longest
+    sequence). Shaped like that plan: 22 probes so, 16 leaping up from the flat fits and
+    then bisecting."""
+    from trainmem.core.whatif import _search
+
+    usable = 85_519_761_408
+
+    def exact(n: int) -> int:  # with memory to spare, else by the retry up to 3,812 tokens
+        spare = 22_800_000 * n
+        return usable - 7 if usable < spare and n <= 3_812 else spare
+
+    def probes(search) -> list[int]:
+        seen: list[int] = []
+
+        def measure(n: int, simulated: bool) -> int:
+            if not simulated:
+                return 21_000_000 * n
+            seen.append(n)
+            return exact(n)
+
+        assert search(measure, usable, 1, 131_072, True, first=4096) == 3_812
+        return seen
+
+    assert len(set(probes(_search))) <= 16

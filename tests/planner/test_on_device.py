@@ -108,3 +108,17 @@ def test_a_run_that_never_met_its_capacity_answers_for_any_it_fits():
     short = dp.device_peak(PLAN, SPEC, step, EST.allocated_bytes, capacity=peak.reserved - 1)
     assert short.retried and short.reserved < peak.reserved  # simulated: it meets the limit
     assert dp._device_peak.cache_info().misses == 2
+
+
+def test_the_device_panes_judge_a_retried_plan_as_the_report_does():
+    from trainmem.app.screens.plan import plan_mark
+
+    usable = EST.device_bytes - 1
+    report = _report(usable)
+    mark = plan_mark(report)
+    assert mark is not None and mark.retried == report.on_device[0].bytes
+    # a GPU with the target's memory free: tight, as the verdict, not short
+    assert mark.fit("gpu0", usable).verdict == report.fit[0].verdict == "tight"
+    assert mark.fit("gpu0", EST.device_bytes).verdict != "too big"  # room to spare there
+    assert mark.fit("gpu0", mark.retried - 1).verdict == "too big"
+    assert plan_mark(_report(EST.device_bytes + 10**9)).retried is None  # fits outright

@@ -161,6 +161,8 @@ def _search(
     if first is not None and low <= first <= high:
         n = first
     run, last = 0, None  # how many probes in a row fell on the same side
+    flat, leap = False, 1  # a flat need met: leap up from the largest fit, then bisect
+    fitting: set[int] = set()  # the needs of the n that fit
     widths: list[int] = []  # the bracket's width after each probe, once both sides are known
     while True:
         side = fits(n)
@@ -173,8 +175,19 @@ def _search(
         below = high if no is None else no - 1
         if yes is not None and no is not None:
             widths.append(no - yes)
+        # Once two fits need the same bytes the need is flat there (the allocator's cache
+        # retry runs such steps right at the GPU's limit; the same segments serve a few more
+        # tokens), and secants from a flat need creep up one n at a time: leap up from the
+        # largest fit, twice as far each time, until one fails, then bisect to the end.
+        if side:
+            flat = flat or exact[n] in fitting
+            fitting.add(exact[n])
+        if flat:
+            leap = leap * 2 if side and leap else 0
+            n = min(above - 1 + leap, below) if leap else (above + below) // 2
+            continue
         if len(widths) >= 3 and 2 * widths[-1] > widths[-3]:
-            n = (above + below) // 2  # two guesses did not halve the bracket: bisect once
+            n = (above + below) // 2
             widths.clear()
             continue
         guess = _largest(lambda m: guessed(m) <= usable, above, below)

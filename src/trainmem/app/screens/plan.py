@@ -19,7 +19,7 @@ from trainmem.app.messages import ModelResolved, Refused, Simulated, Solved
 from trainmem.app.screens.base import AppScreen
 from trainmem.app.targets import snapshot_targets
 from trainmem.app.widgets.breakdown import Breakdown, headline_text
-from trainmem.app.widgets.devices import DevicesPanel
+from trainmem.app.widgets.devices import DevicesPanel, PlanMark
 from trainmem.app.widgets.keybar import KeyBar
 from trainmem.app.widgets.lengths import LengthHistogram
 from trainmem.app.widgets.plan_form import PlanForm
@@ -388,5 +388,15 @@ class PlanScreen(AppScreen):
     def _refresh_devices(self) -> None:
         snapshot = self.app.state.snapshot
         if snapshot is not None:
-            peak = self._report.estimate.device_bytes if self._report else None
-            self.query_one(DevicesPanel).show_snapshot(snapshot, self.app.state.sampler, peak)
+            self.query_one(DevicesPanel).show_snapshot(
+                snapshot, self.app.state.sampler, plan_mark(self._report)
+            )
+
+
+def plan_mark(report: Report | None) -> PlanMark | None:
+    """The plan on the device panes, with the run its first target makes by the allocator's
+    cache retry where it needs one, so that the panes judge it as the report does."""
+    if report is None:
+        return None
+    on = report.on_device[0] if report.on_device else None
+    return PlanMark(report.estimate.device_bytes, on.bytes if on and on.retried else None)

@@ -17,7 +17,7 @@ escapes (``trainmem.core.text.visible``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
@@ -26,7 +26,7 @@ from textual.widget import Widget
 
 from trainmem.app.widgets.bars import VERDICT_STYLE, sparkline, usage_bar
 from trainmem.core import fit
-from trainmem.core.fit import judge_fit
+from trainmem.core.fit import FitResult, judge_fit
 from trainmem.core.text import visible
 from trainmem.core.units import fmt_bytes
 from trainmem.devices.promql import node_of
@@ -38,6 +38,22 @@ if TYPE_CHECKING:  # the sampler imports these, after the first frame
 
 class HistorySource(Protocol):
     def history(self, device_id: str) -> list[HistoryPoint]: ...
+
+
+class PlanMark(NamedTuple):
+    """The plan marked on the panes: its device peak with memory to spare and, where its
+    first target runs it only by the allocator's cache retry, the peak it runs at there."""
+
+    bytes: int
+    retried: int | None = None
+
+    def fit(self, device: str, free: int) -> FitResult:
+        """Judged on what ``device`` has free as the report judges its target (planner
+        report): the peak with memory to spare where it fits, else the retried run's, which
+        is tight at best."""
+        if self.retried is None or self.bytes <= free:
+            return judge_fit(self.bytes, device, free)
+        return judge_fit(self.retried, device, free, retried=True)
 
 
 def low_free(d: DeviceReading) -> bool:
@@ -92,11 +108,11 @@ class DevicePane(Widget):
         super().__init__(id=f"dev-{reading.id}", classes="device-pane")
         self.reading = reading
         self.history: Sequence[int | None] = ()
-        self.plan_bytes: int | None = None
+        self.plan_bytes: PlanMark | None = None
         self.max_processes = max_processes
 
     def update_reading(
-        self, reading: DeviceReading, history: Sequence[int | None], plan_bytes: int | None
+        self, reading: DeviceReading, history: Sequence[int | None], plan_bytes: PlanMark | None
     ) -> None:
         before = self._height()
         self.reading, self.history, self.plan_bytes = reading, history, plan_bytes
@@ -126,11 +142,9 @@ class DevicePane(Widget):
         head.pad_right(max(0, width - len(figures) - head.cell_len))
         head.append(figures)
         lines: list[Text] = [head]
-        plan = self.plan_bytes
-        verdict = None
-        if plan is not None:
-            # Judged on what this device has left, the question a busy machine asks.
-            verdict = judge_fit(plan, d.id, total - used)
+        # Judged on what this device has left, the question a busy machine asks.
+        verdict = self.plan_bytes.fit(d.id, total - used) if self.plan_bytes else None
+        plan = verdict.required_bytes if verdict else None
         style = VERDICT_STYLE.get(verdict.verdict, "") if verdict else ""
         lines.append(usage_bar(width, used, total, plan, style.replace("bold ", "")))
         if verdict is not None and plan is not None:
@@ -197,11 +211,11 @@ def plan_line(plan: int, verdict: str, headroom: int, style: str, width: int) ->
     return line
 
 
-def _plan_mark(d: DeviceReading, plan: int | None) -> Text:
+def _plan_mark(d: DeviceReading, plan: PlanMark | None) -> Text:
     """``✓``, ``!`` or ``✗ 2.1 GB short``: the plan's peak against what the GPU has free."""
     if plan is None or d.total_bytes is None or d.used_bytes is None:
         return Text()
-    verdict = judge_fit(plan, d.id, d.total_bytes - d.used_bytes)
+    verdict = plan.fit(d.id, d.total_bytes - d.used_bytes)
     style = VERDICT_STYLE.get(verdict.verdict, "")
     if verdict.verdict == "too big":
         return Text(f"✗ {fmt_bytes(-verdict.headroom_bytes)} short", style=style)
@@ -238,7 +252,7 @@ class _Node:
         found = [(f, d) for d in pool if (f := _free_fraction(d)) is not None]
         return min(found, key=lambda x: x[0]) if found else None
 
-    def summary(self, plan: dict[str, int | None]) -> Text:
+    def summary(self, plan: dict[str, PlanMark | None]) -> Text:
         line = Text(no_wrap=True, overflow="ellipsis")
         line.append(visible(self.name), style="bold")
         live = self.live_gpus()
@@ -286,14 +300,14 @@ class ClusterPane(Widget):
     def __init__(self) -> None:
         super().__init__(id="cluster", classes="device-pane")
         self.nodes: list[_Node] = []
-        self.plan_bytes: dict[str, int | None] = {}
+        self.plan_bytes: dict[str, PlanMark | None] = {}
         self._head = Text()
         self._rows: list[tuple[Text, list[DeviceReading]]] = []  # summary, GPUs listed under
         self._rest: Text | None = None
         self._count = 0
 
     def update_nodes(
-        self, devices: Sequence[DeviceReading], plan_bytes: dict[str, int | None]
+        self, devices: Sequence[DeviceReading], plan_bytes: dict[str, PlanMark | None]
     ) -> None:
         nodes: dict[str, _Node] = {}
         for d in devices:
@@ -368,10 +382,11 @@ class ClusterPane(Widget):
         mark = _plan_mark(g, plan)
         figures = f" {fmt_bytes(g.used_bytes)}/{fmt_bytes(g.total_bytes)} "
         room = width - len(label) - len(figures) - max(mark.cell_len, 1)
-        verdict = judge_fit(plan, g.id, g.total_bytes - g.used_bytes) if plan else None
+        verdict = plan.fit(g.id, g.total_bytes - g.used_bytes) if plan else None
         style = VERDICT_STYLE.get(verdict.verdict, "") if verdict else ""
         if room >= 8:
-            line.append_text(usage_bar(room, g.used_bytes, g.total_bytes, plan, style))
+            needed = verdict.required_bytes if verdict else None
+            line.append_text(usage_bar(room, g.used_bytes, g.total_bytes, needed, style))
         line.append(figures)
         line.append_text(mark)
         return line
@@ -394,7 +409,7 @@ class DevicesPanel(Container):
     """Holds a pane per device; panes are added or removed when the device list changes."""
 
     def show_snapshot(
-        self, snapshot: Snapshot, sampler: HistorySource, plan_bytes: int | None
+        self, snapshot: Snapshot, sampler: HistorySource, plan_bytes: PlanMark | None
     ) -> None:
         """Draw ``snapshot`` with recent history; ``plan_bytes`` marks the GPUs (or, on a
         machine without any, the memory the plan would run in)."""
@@ -403,7 +418,7 @@ class DevicesPanel(Container):
             for d in snapshot.devices
             if node_of(d.id) is None
         }
-        marks: dict[str, int | None] = {}
+        marks: dict[str, PlanMark | None] = {}
         if plan_bytes is not None:
             accelerators = [d for d in snapshot.devices if d.kind in ("gpu", "unified")]
             marks = {d.id: plan_bytes for d in accelerators or snapshot.devices}
@@ -413,7 +428,7 @@ class DevicesPanel(Container):
         self,
         devices: Sequence[DeviceReading],
         history: dict[str, list[int | None]],
-        plan_bytes: dict[str, int | None],
+        plan_bytes: dict[str, PlanMark | None],
     ) -> None:
         local: list[DeviceReading] = []
         remote: list[DeviceReading] = []
