@@ -77,3 +77,21 @@ def test_errors(command, message):
     with pytest.raises(PlanError) as err:
         read_configs([], [command])
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_digit_groups_read_as_python_reads_them():
+    """HfArgumentParser converts with int() and float(), which read PEP 515's ``1_000``."""
+    plan = read_configs(
+        [],
+        [
+            "trl sft --model_name_or_path Qwen/Qwen2.5-0.5B --per_device_train_batch_size 1_6 "
+            "--max_length 4_096 --use_peft --lora_r 3_2 --lora_alpha 6_4.0"
+        ],
+    )
+    v = plan.values
+    assert (v["batch"], v["seq_len"], v["lora_rank"], v["lora_alpha"]) == (16, 4096, 32, 64.0)
+    for text in ("1__6", "_16", "16_", "1_6.5"):  # what int() refuses stays refused
+        with pytest.raises(PlanError, match="not a whole number"):
+            read_configs(
+                [], [f"trl sft --model_name_or_path x/y --per_device_train_batch_size {text}"]
+            )

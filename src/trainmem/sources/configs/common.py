@@ -11,6 +11,7 @@ looked at.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,8 +90,17 @@ class Doc:
             raise self.error(key, f"{_shown(value)} is not text")
         return str(value).strip()
 
-    def integer(self, key: str) -> int | None:
+    def _numeral(self, key: str) -> Any:
+        """The value, with a command line's digit groups (``1_000``) joined: the frameworks
+        convert its text with Python's int() and float(), which read them (HfArgumentParser's
+        type=int; PEP 515), where a file's text has none."""
         value = self.valued(key)
+        if self.command and isinstance(value, str) and _GROUPED.fullmatch(value.strip()):
+            return value.strip().replace("_", "")
+        return value
+
+    def integer(self, key: str) -> int | None:
+        value = self._numeral(key)
         if value is None:
             return None
         try:  # 5e8 and "4" are whole numbers; 400 digits, inf and 1.5 are one line each
@@ -99,7 +109,7 @@ class Doc:
             raise self.error(key, str(exc)) from None
 
     def number(self, key: str) -> float | None:
-        value = self.valued(key)
+        value = self._numeral(key)
         if value is None:
             return None
         try:
@@ -127,6 +137,11 @@ class Doc:
         raise self.error(key, f"{_shown(value)} is not a list of names")
 
 
+# A number written with PEP 515's digit groups: an underscore only between ASCII digits.
+_DIGITS = r"[0-9]+(?:_[0-9]+)*"
+_GROUPED = re.compile(
+    rf"[+-]?(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?"
+)
 _TRUE = ("true", "yes", "t", "y", "1")
 _FALSE = ("false", "no", "f", "n", "0")
 
