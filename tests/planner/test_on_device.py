@@ -116,9 +116,9 @@ def test_the_device_panes_judge_a_retried_plan_as_the_report_does():
     usable = EST.device_bytes - 1
     report = _report(usable)
     mark = plan_mark(report)
-    assert mark is not None and mark.retried == report.on_device[0].bytes
+    assert mark is not None and mark.retry_bytes == report.on_device[0].bytes
     # a GPU with the target's memory free: tight, as the verdict, not short
     assert mark.fit("gpu0", usable).verdict == report.fit[0].verdict == "tight"
     assert mark.fit("gpu0", EST.device_bytes).verdict != "too big"  # room to spare there
-    assert mark.fit("gpu0", mark.retried - 1).verdict == "too big"
-    assert plan_mark(_report(EST.device_bytes + 10**9)).retried is None  # fits outright
+    assert mark.fit("gpu0", mark.retry_bytes - 1).verdict == "too big"
+    assert plan_mark(_report(EST.device_bytes + 10**9)).retry_bytes is None  # fits outright

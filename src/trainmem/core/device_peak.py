@@ -16,9 +16,11 @@ What the simulation gives beyond the tensors' peak:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from threading import Lock
 
 from trainmem.core.alloc_conf import AllocatorConfig
 from trainmem.core.allocator import Alloc, BeyondPyTorch, Event, Oom, simulate
@@ -103,21 +105,24 @@ def device_peak(
         return free
     peak = _device_peak(*key, capacity)
     if plain and peak.oom is None and not peak.retried:
-        _UNLIMITED[key] = peak
-        while len(_UNLIMITED) > _UNLIMITED_RUNS:
-            del _UNLIMITED[next(iter(_UNLIMITED))]
+        with _UNLIMITED_LOCK:  # the dashboard's workers simulate side by side
+            _UNLIMITED[key] = peak
+            while len(_UNLIMITED) > _UNLIMITED_RUNS:
+                _UNLIMITED.popitem(last=False)
     return peak
 
 
 # Runs that never met a capacity (device_peak), oldest first: as many as the cache below.
-_UNLIMITED: dict[tuple[object, ...], DevicePeak] = {}
+_UNLIMITED: OrderedDict[tuple[object, ...], DevicePeak] = OrderedDict()
 _UNLIMITED_RUNS = 512
+_UNLIMITED_LOCK = Lock()
 
 
 def clear_cache() -> None:
     """Forget every simulation (benchmarks time them afresh)."""
     _device_peak.cache_clear()
-    _UNLIMITED.clear()
+    with _UNLIMITED_LOCK:
+        _UNLIMITED.clear()
 
 
 @lru_cache(maxsize=512)

@@ -629,8 +629,7 @@ def fits_within(est: Estimate, usable_bytes: int, figures: RuntimeFigures) -> On
     run = _run_within(est, usable_bytes, figures)
     if run is None or run[1].oom is not None or run[0] > usable_bytes:
         return None
-    within, peak = run
-    return OnDevice(within, within, retried=True) if peak.retried else OnDevice(within, within)
+    return OnDevice(run[0], run[0], retried=run[1].retried)
 
 
 def _run_within(

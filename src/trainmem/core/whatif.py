@@ -187,7 +187,7 @@ def _search(
             n = min(above - 1 + leap, below) if leap else (above + below) // 2
             continue
         if len(widths) >= 3 and 2 * widths[-1] > widths[-3]:
-            n = (above + below) // 2
+            n = (above + below) // 2  # two guesses did not halve the bracket: bisect once
             widths.clear()
             continue
         guess = _largest(lambda m: guessed(m) <= usable, above, below)

@@ -45,15 +45,15 @@ class PlanMark(NamedTuple):
     first target runs it only by the allocator's cache retry, the peak it runs at there."""
 
     bytes: int
-    retried: int | None = None
+    retry_bytes: int | None = None
 
     def fit(self, device: str, free: int) -> FitResult:
         """Judged on what ``device`` has free as the report judges its target (planner
         report): the peak with memory to spare where it fits, else the retried run's, which
         is tight at best."""
-        if self.retried is None or self.bytes <= free:
+        if self.retry_bytes is None or self.bytes <= free:
             return judge_fit(self.bytes, device, free)
-        return judge_fit(self.retried, device, free, retried=True)
+        return judge_fit(self.retry_bytes, device, free, retried=True)
 
 
 def low_free(d: DeviceReading) -> bool:
