@@ -313,7 +313,7 @@ def build(
             str(p.dtype).replace("torch.", "") for n, p in model.named_parameters() if "lora_" in n
         )
         # distinct suffixes of what PEFT wrapped: modules (q_proj, ..., down_proj) and, for MoE
-        # models with fused 3-D expert weights, parameters (peft 0.21 turns "all-linear" on
+        # models with fused 3-D expert weights, parameters (peft 0.21+ turns "all-linear" on
         # mixtral / qwen*_moe into target_parameters: "experts.gate_up_proj",
         # "experts.down_proj", "gate.weight")
         info["lora_targeted"] = sorted(
@@ -988,7 +988,7 @@ NOTES = {
         "subset moe: fake execution only; measured.experts_implementation / experts_class = how "
         "transformers runs the experts (grouped_mm is its default); measured.lora_targeted = "
         "distinct suffixes of peft_model.targeted_module_names and targeted_parameter_names "
-        "(peft 0.21 maps all-linear on mixtral/qwen3_moe to the fused expert parameters + "
+        "(peft 0.21+ maps all-linear on mixtral/qwen3_moe, 0.22 on qwen2_moe too, to the fused expert parameters + "
         "router weight, with rank and alpha doubled on gate_up_proj: lora_rank_pattern)"
     ),
 }

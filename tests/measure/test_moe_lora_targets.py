@@ -1,7 +1,8 @@
 """Which MoE parameters PEFT adapts, by the plan's targets, against a real get_peft_model on
 tiny models of each MoE model_type (transformers 5 fuses the experts into 3-D parameters; PEFT
-0.21 reaches them through target_parameters on some models only): the estimate's trainable
-count must be PEFT's to the parameter."""
+0.22 reaches them through target_parameters on some models only): the estimate's trainable
+count must be PEFT's to the parameter, and where PEFT refuses the targets the estimate must
+say so."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
 from trainmem.core.architecture import spec_from_config  # noqa: E402
+from trainmem.core.estimator import estimate  # noqa: E402
 from trainmem.core.plan import Plan  # noqa: E402
 from trainmem.core.precision import dtypes  # noqa: E402
-from trainmem.core.states import model_states  # noqa: E402
+from trainmem.core.states import model_states, peft_refusal  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -70,3 +72,28 @@ def test_trainable_parameters_are_peft_s(model_type, targets):
         wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=modules))
     real = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
     assert model_states(spec, plan, dtypes(plan)).trainable_params == real
+
+
+# target lists PEFT may refuse: one half of the fused gate_up, or nothing this model has
+REFUSABLE = ["q,gate", "up,down", "down", "gate,up"]
+
+
+@pytest.mark.parametrize("targets", REFUSABLE)
+@pytest.mark.parametrize("model_type", list(MODELS))
+def test_a_plan_peft_refuses_says_so(model_type, targets):
+    config = {"model_type": model_type, **COMMON, **MODELS[model_type]}
+    spec = spec_from_config(config, "tiny")
+    plan = Plan(model="tiny", method="lora", lora_rank=4, lora_targets=targets).validated()
+    model = transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.for_model(**config)
+    )
+    names = [f"{t}_proj" for t in targets.split(",")]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=names))
+    except ValueError as refused:  # NoMatchingPeftModuleError is a ValueError
+        assert peft_refusal(spec, plan), refused
+        assert peft_refusal(spec, plan) in estimate(plan, spec).notes
+    else:
+        assert peft_refusal(spec, plan) is None

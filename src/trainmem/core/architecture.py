@@ -24,14 +24,16 @@ _QKV_BIAS = {"qwen2", "qwen2_moe"}  # Qwen2 always biases q/k/v, regardless of c
 _QK_NORM_HEAD = {"qwen3", "qwen3_moe", "gemma3_text", "gemma3"}  # RMSNorm over head_dim
 _QK_NORM_FULL = {"olmo2"}  # RMSNorm over the whole q / k projection width
 _FUSED = {"phi3"}  # one qkv_proj and one gate_up_proj Linear (modeling_phi3.py)
-# MoE models whose fused 3-D experts and router PEFT's all-linear adapts (peft 0.21 converts
-# the v4 module names to target_parameters on them); gpt-oss's and qwen2_moe's are left alone
-# (qwen2_moe's shared expert, nn.Linear layers, is adapted instead). Of these, qwen3_moe's
-# experts are also reached by naming gate_proj / up_proj / down_proj; mixtral's v4 names were
-# w1 / w2 / w3, so a list naming gate_proj reaches nothing there. Checked with a real
-# get_peft_model on tiny models of each (transformers 5.25, peft 0.21.2, session 16).
-PEFT_ADAPTS_EXPERTS = {"qwen3_moe", "mixtral"}
-PEFT_MAPS_EXPERT_NAMES = {"qwen3_moe"}
+# MoE models whose fused 3-D experts and router PEFT adapts: peft 0.22.0 converts the v4 module
+# names (gate_proj, up_proj, down_proj, the router's gate) to target_parameters on the models
+# transformers 5.25 maps to the mixtral and qwen2_moe conversion patterns
+# (peft/utils/transformers_weight_conversion.py _MOE_TARGET_MODULE_MAPPING; peft 0.21 left
+# qwen2_moe's routed experts alone and adapted only its shared expert). gpt-oss's are never
+# adapted. Naming gate_proj / up_proj / down_proj reaches the qwen2_moe-pattern experts;
+# mixtral's v4 names were w1 / w2 / w3, so such a list reaches nothing there. Checked with a
+# real get_peft_model on tiny models of each (tests/measure/test_moe_lora_targets.py).
+PEFT_ADAPTS_EXPERTS = {"qwen2_moe", "qwen3_moe", "mixtral"}
+PEFT_MAPS_EXPERT_NAMES = {"qwen2_moe", "qwen3_moe"}
 # What a fused Linear stands for, so LoRA targets and input casts follow the real modules.
 PARTS = {
     "qkv": ("q", "k", "v"),

@@ -46,6 +46,7 @@ from trainmem.core.sharding import (
 )
 from trainmem.core.states import (
     model_states,
+    peft_refusal,
     saved_module_bytes,
     stored_weight_bytes,
     trainable_matrices,
@@ -655,6 +656,9 @@ def _notes(
     spec: ModelSpec, plan: Plan, runtime: TargetKind, ckpt_host: int, lay: Layout
 ) -> tuple[str, ...]:
     notes = list(spec.notes)
+    refused = peft_refusal(spec, plan)
+    if refused:
+        notes.append(refused)
     if plan.method in ("lora", "qlora") and plan.lora_rank > spec.hidden:
         notes.append(
             f"LoRA rank {plan.lora_rank:,} is above the hidden size {spec.hidden:,}: an "

@@ -83,24 +83,49 @@ def adapter_rank(spec: ModelSpec, plan: Plan, lin: Linear) -> int:
     if not plan.trains_adapter:
         return 0
     every = plan.lora_targets == "all-linear"
-    if plan.lora_targets == "linear":  # every nn.Linear: no fused expert, no router
-        return 0 if lin.expert or lin.name == "router" else plan.lora_rank
+    linear = plan.lora_targets == "linear"  # axolotl: the leaf names of every nn.Linear
     if lin.expert or lin.name == "router":
         # MoE experts (fused 3-D parameters) and the router are adapted only on some models
-        # (architecture.PEFT_ADAPTS_EXPERTS), the router only under all-linear.
+        # (architecture.PEFT_ADAPTS_EXPERTS), the router (no nn.Linear) only under all-linear.
         if spec.model_type not in PEFT_ADAPTS_EXPERTS:
             return 0
         if lin.name == "router":
             return plan.lora_rank if every else 0
         if not every and spec.model_type not in PEFT_MAPS_EXPERT_NAMES:
             return 0
-    if lin.name == "shared_expert_gate":  # an nn.Linear no target list names but all-linear
-        return plan.lora_rank if every else 0
+        if linear and not spec.shared_expert_intermediate:
+            return 0  # no nn.Linear is named gate_proj / up_proj / down_proj to map from
+    if lin.name == "shared_expert_gate":  # an nn.Linear no target list names
+        return plan.lora_rank if every or linear else 0
     if not set(plan.target_modules) & set(lin.parts):
         return 0
     if lin.expert and lin.name == "gate_up":
         return 2 * plan.lora_rank  # PEFT doubles rank (and alpha) on the fused gate_up
     return plan.lora_rank
+
+
+def peft_refusal(spec: ModelSpec, plan: Plan) -> str | None:
+    """Why get_peft_model raises on this plan's LoRA targets, or None: the figures then
+    describe a run that cannot start (peft 0.22.0 tuners/tuners_utils.py inject_adapter,
+    utils/transformers_weight_conversion.py _convert_peft_config_moe)."""
+    if not plan.trains_adapter or plan.stack == "mlx":  # mlx-lm builds its own adapters
+        return None
+    named = set(plan.target_modules)
+    if (
+        spec.model_type in PEFT_MAPS_EXPERT_NAMES
+        and plan.lora_targets not in ("all-linear", "linear")
+        and len(named & {"gate", "up"}) == 1
+    ):
+        return (
+            f"PEFT refuses these LoRA targets on {spec.model_type}: transformers 5 fuses the "
+            "experts' gate_proj and up_proj into gate_up_proj, so name both or neither"
+        )
+    if not any(adapter_rank(spec, plan, lin) for lin in spec.linears()):
+        return (
+            f"PEFT refuses these LoRA targets on {spec.model_type}: none of them names a "
+            "layer of this model, so there is no adapter to train"
+        )
+    return None
 
 
 def trainable_matrices(spec: ModelSpec, plan: Plan) -> list[Matrix]:
