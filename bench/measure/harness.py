@@ -989,7 +989,8 @@ NOTES = {
         "transformers runs the experts (grouped_mm is its default); measured.lora_targeted = "
         "distinct suffixes of peft_model.targeted_module_names and targeted_parameter_names "
         "(peft 0.21+ maps all-linear on mixtral/qwen3_moe, 0.22 on qwen2_moe too, to the "
-        "fused expert parameters + router weight, with rank and alpha doubled on gate_up_proj: lora_rank_pattern)"
+        "fused expert parameters + router weight, with rank and alpha doubled on "
+        "gate_up_proj: lora_rank_pattern)"
     ),
 }
 
