@@ -60,7 +60,7 @@ class Dtypes:
 
 def kbit_upcast(plan: Plan) -> bool:
     """Whether PEFT's prepare_model_for_kbit_training casts the quantized model's 16-bit
-    parameters to fp32 (peft 0.21.2 utils/other.py:204-209): where the stack runs it."""
+    parameters to fp32 (peft 0.22.0 utils/other.py:233-238): where the stack runs it."""
     return plan.training.kbit_prep and plan.kbit_prep and plan.tooling.kbit_upcast
 
 

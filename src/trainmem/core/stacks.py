@@ -57,7 +57,7 @@ class Stack:
     # Which fused cross-entropy loss "fused" is: Liger's, or Unsloth's own (trainmem.core.losses).
     fused_loss: str = "liger"
     # Whether the stack's QLoRA path runs PEFT's prepare_model_for_kbit_training, which casts
-    # every 16-bit parameter of a quantized model to fp32 (peft 0.21.2 utils/other.py:204-209):
+    # every 16-bit parameter of a quantized model to fp32 (peft 0.22.0 utils/other.py:233-238):
     # the Trainer's usual QLoRA scripts call it, and axolotl does (trainmem.sources.configs
     # .axolotl _kbit_prep). TRL 1.16's SFTTrainer calls nothing of the kind
     # (trl/trainer/sft_trainer.py:805-912, removed in TRL 0.26), LLaMA-Factory runs its own

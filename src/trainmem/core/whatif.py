@@ -442,8 +442,8 @@ def advice(
                 None,
             )
         )
-    # PEFT's k-bit preparation keeps every unquantized weight in fp32 (peft 0.21.2
-    # utils/other.py:204-209): on a MoE model transformers 5 leaves the fused experts
+    # PEFT's k-bit preparation keeps every unquantized weight in fp32 (peft 0.22.0
+    # utils/other.py:233-238): on a MoE model transformers 5 leaves the fused experts
     # unquantized, so it doubles most of the model. Where the script calls it, it can go.
     if kbit_upcast(plan) and plan.tooling.kbit_prep_in_script:
         options.append(

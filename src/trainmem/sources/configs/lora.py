@@ -28,10 +28,11 @@ _MAX_REPEATS = 4  # unbounded repetitions: each one multiplies the backtracking 
 def set_target_modules(r: Reading, key: str, *, one_item_is_string: bool = False) -> bool:
     """``lora_targets`` from a framework key PEFT receives as ``target_modules`` (False when
     absent). A list names modules; a string reaches PEFT as a string, which it full-matches
-    against each module's path as a regex (peft 0.21.2 tuners/tuners_utils.py:2370
-    check_target_module_exists -> match_target_against_key, :1521 re.fullmatch); "all-linear"
-    is PEFT's own word. On a command line a single value is a one-item list (nargs="+"), unless
-    the framework turns a one-item list into its string (``one_item_is_string``: TRL)."""
+    against each module's path as a regex (peft 0.22.0 tuners/tuners_utils.py:2514
+    check_target_module_exists -> match_target_against_key, utils/other.py:1630
+    re.fullmatch); "all-linear" is PEFT's own word. On a command line a single value is a
+    one-item list (nargs="+"), unless the framework turns a one-item list into its string
+    (``one_item_is_string``: TRL)."""
     value = r.doc.lookup(key)
     if one_item_is_string and isinstance(value, list) and len(value) == 1:
         value = value[0]
@@ -152,8 +153,8 @@ def set_targets(r: Reading, key: str, names: list[str]) -> None:
     if any(n.lower() in _ALL for n in names):
         r.set("lora_targets", "all-linear", key)
         return
-    # PEFT matches a listed name as the module path's suffix (peft 0.21.2
-    # tuners/tuners_utils.py:2376 key.endswith(f".{target_key}")): self_attn.q_proj is q_proj
+    # PEFT matches a listed name as the module path's suffix (peft 0.22.0
+    # tuners/tuners_utils.py:2520 key.endswith(f".{target_key}")): self_attn.q_proj is q_proj
     names = [_suffix(n) for n in names]
     kept = [_MODULES[n] for n in names if n in _MODULES]
     on_edges = [n for n in names if n in SAVABLE]
