@@ -191,3 +191,13 @@ def test_a_lora_rank_past_the_hidden_size_is_said_to_add_nothing():
     assert "above the hidden size" not in " ".join(
         estimate(Plan(lora_rank=256).validated(), spec).notes
     )
+
+
+def test_a_plan_peft_refuses_names_a_hostile_model_type_escaped_and_short():
+    """config.json's model_type reaches the refusal note: no raw escape, no unbounded text."""
+    config = dict(catalog.find("mistralai/Mixtral-8x7B-v0.1").config)
+    config["model_type"] = "moe\x1b[2J" + "x" * 10_000
+    spec = spec_from_config(config, "hostile")
+    notes = estimate(Plan(method="lora", lora_targets="down").validated(), spec).notes
+    refused = [n for n in notes if n.startswith("PEFT refuses")]
+    assert refused and "\x1b" not in refused[0] and len(refused[0]) < 200

@@ -28,6 +28,7 @@ from trainmem.core.sharding import (
     zero2_gradient_partition,
     zero_grad_norm,
 )
+from trainmem.core.units import shown
 
 # bitsandbytes NF4 (bitsandbytes/functional.py quantize_4bit, blocksize 64 as transformers
 # passes none; 0.50.2): 4 bits per weight and an fp32 absmax per block of 64. Double
@@ -120,10 +121,10 @@ def peft_refusal(spec: ModelSpec, plan: Plan) -> str | None:
             f"PEFT refuses these LoRA targets on {spec.model_type}: transformers 5 fuses the "
             "experts' gate_proj and up_proj into gate_up_proj, so name both or neither"
         )
-    if not any(adapter_rank(spec, plan, lin) for lin in spec.linears()):
-        return (
-            f"PEFT refuses these LoRA targets on {spec.model_type}: none of them names a "
-            "layer of this model, so there is no adapter to train"
+    if not trainable_matrices(spec, plan):
+        return (  # any model_type a config.json gives: cut short and escaped
+            f"PEFT refuses these LoRA targets on {shown(spec.model_type)}: none of them names "
+            "a layer of this model, so there is no adapter to train"
         )
     return None
 
