@@ -122,3 +122,41 @@ def test_the_device_panes_judge_a_retried_plan_as_the_report_does():
     assert mark.fit("gpu0", EST.device_bytes).verdict != "too big"  # room to spare there
     assert mark.fit("gpu0", mark.retry_bytes - 1).verdict == "too big"
     assert plan_mark(_report(EST.device_bytes + 10**9)).retry_bytes is None  # fits outright
+
+
+def test_a_search_settles_a_failing_probe_on_its_run_within_the_gpu():
+    """A probe that fails within the GPU does not fit, whatever it would need with memory to
+    spare: the searches take that verdict from the one simulation and simulate the need only
+    where a guess reads it, for the same answers in fewer simulations."""
+    from dataclasses import replace
+
+    from trainmem.core import device_peak, whatif
+
+    budget = Budget(int(EST.device_bytes * 0.8))
+    for seq_len in (512, 1024, 1536, 2048, 4096):
+        plan = replace(PLAN, seq_len=seq_len)
+        fits = whatif.need(plan, SPEC, budget) <= budget.usable_bytes
+        assert whatif._verdict(plan, SPEC, budget) == fits
+
+    def measure(s: int, exact: bool) -> int:
+        return whatif._measure(replace(PLAN, seq_len=s), SPEC, budget, exact)
+
+    def search(verdict: bool) -> tuple[int | None, int]:
+        device_peak.clear_cache()
+        before = device_peak._device_peak.cache_info().misses
+        found = whatif._search(
+            measure,
+            budget.usable_bytes,
+            1,
+            whatif.seq_len_limit(SPEC),
+            largest=True,
+            first=PLAN.seq_len,
+            verdict=(lambda s: whatif._verdict(replace(PLAN, seq_len=s), SPEC, budget))
+            if verdict
+            else None,
+        )
+        return found, device_peak._device_peak.cache_info().misses - before
+
+    (shortcut, fewer), (plain, more) = search(True), search(False)
+    assert shortcut == plain == max_seq_len(PLAN, SPEC, budget)
+    assert fewer < more

@@ -633,14 +633,22 @@ def fits_within(est: Estimate, usable_bytes: int, figures: RuntimeFigures) -> On
     return OnDevice(run[0], run[0], retried=run[1].retried)
 
 
+def within_correction(figures: RuntimeFigures) -> float | None:
+    """What a run within the GPU's reserve is scaled by: a calibration's correction, 1.0
+    without one; None where a calibration measured no correction (its fraction stands and
+    no simulation decides the reserve)."""
+    correction = figures.reserve_correction if figures.calibrated else 1.0
+    return correction or None
+
+
 def _run_within(
     est: Estimate, usable_bytes: int, figures: RuntimeFigures
 ) -> tuple[int, DevicePeak] | None:
     """The step simulated within ``usable_bytes`` of a GPU (less the context and NCCL; a
     calibration's reserve correction shrinks it in proportion): the device peak it runs at,
     and the run. None where a calibration measured no correction (its fraction stands)."""
-    correction = figures.reserve_correction if figures.calibrated else 1.0
-    if not correction:
+    correction = within_correction(figures)
+    if correction is None:
         return None
     from trainmem.core.device_peak import device_peak
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from trainmem.core.architecture import ModelSpec
-from trainmem.core.estimator import device_peak_on, estimate, fits_within
+from trainmem.core.estimator import device_peak_on, estimate, fits_within, within_correction
 from trainmem.core.fit import TIGHT_FRACTION, Budget
 from trainmem.core.methods import METHODS
 from trainmem.core.plan import Plan
@@ -87,6 +87,18 @@ def _measure(plan: Plan, spec: ModelSpec, budget: Budget, exact: bool = True) ->
     return need(plan, spec, budget, exact)
 
 
+def _verdict(plan: Plan, spec: ModelSpec, budget: Budget) -> bool:
+    """``_fits`` in one simulation where it makes two: a GPU step that fails within the GPU
+    does not fit, whatever it needs with memory to spare (need_on's second simulation, which
+    only a search's guess reads). A failing probe of a search cost 55 ms more for a 70B plan."""
+    if budget.kind != "gpu" or plan.rule_of_thumb or within_correction(budget.figures) is None:
+        return _fits(plan, spec, budget)
+    if _surely_too_big(plan, spec, budget):
+        return False
+    quick = estimate(plan, spec, runtime="gpu", figures=budget.figures, simulate=False)
+    return fits_within(quick, budget.usable_bytes, budget.figures) is not None
+
+
 def _lower_bound(plan: Plan, spec: ModelSpec, budget: Budget) -> int:
     """The need whatever the allocator reserves, without simulating it: the tensors' peak
     and the context (the reserve is never negative)."""
@@ -106,6 +118,7 @@ def _search(
     high: int,
     largest: bool,
     first: int | None = None,
+    verdict: Callable[[int], bool] | None = None,
 ) -> int | None:
     """The largest (or smallest) n in [low, high] whose exact need, ``measure(n, True)``,
     fits ``usable``: an n that fits beside one that does not. Guessed on the quick figure,
@@ -117,7 +130,9 @@ def _search(
     The need grows with n (shrinks, for a smallest) but for the allocator's packing, which
     is not monotone (tests/core/test_step_events.py): a few sizes can fit beyond one that
     does not. ``first``, the plan's own n, is tried first, so the answer always agrees with
-    the plan's verdict (its simulation is the report's, already made)."""
+    the plan's verdict (its simulation is the report's, already made). ``verdict(n)``, where
+    given, is ``measure(n, True) <= usable`` by fewer simulations: the exact need is then
+    measured only where a guess reads it."""
     if not largest:  # the smallest n is the largest -n
         found = _search(
             lambda n, exact: measure(-n, exact),
@@ -126,6 +141,7 @@ def _search(
             -low,
             True,
             None if first is None else -first,
+            None if verdict is None else lambda n: verdict(-n),
         )
         return None if found is None else -found
     exact: dict[int, int] = {}
@@ -134,11 +150,19 @@ def _search(
     yes: int | None = None  # the largest n known to fit
     no: int | None = None  # the smallest n known not to
 
-    def fits(n: int) -> bool:
-        nonlocal yes, no
+    def need(n: int) -> int:
         if n not in exact:
             exact[n] = measure(n, True)
-        if exact[n] <= usable:
+        return exact[n]
+
+    def offset(n: int) -> int:
+        if n not in off:
+            off[n] = need(n) - measure(n, False)
+        return off[n]
+
+    def fits(n: int) -> bool:
+        nonlocal yes, no
+        if need(n) <= usable if verdict is None or n in exact else verdict(n):
             yes = n if yes is None else max(yes, n)
             return True
         no = n if no is None else min(no, n)
@@ -152,7 +176,7 @@ def _search(
         n simulated (a secant: the share changes slowly with n, so near the answer that
         line is close; constant after one)."""
         *_, a, b = [probed[0], *probed]
-        share = off[b] if a == b else off[b] + (off[b] - off[a]) * (m - b) / (b - a)
+        share = offset(b) if a == b else offset(b) + (offset(b) - offset(a)) * (m - b) / (b - a)
         return measure(m, False) + share
 
     # None on the quick figure: most likely none fits, which one simulation at low settles.
@@ -166,7 +190,6 @@ def _search(
     widths: list[int] = []  # the bracket's width after each probe, once both sides are known
     while True:
         side = fits(n)
-        off[n] = exact[n] - measure(n, False)
         probed.append(n)
         if settled():
             return yes
@@ -180,8 +203,8 @@ def _search(
         # tokens), and secants from a flat need creep up one n at a time: leap up from the
         # largest fit, twice as far each time, until one fails, then bisect to the end.
         if side:
-            flat = flat or exact[n] in fitting
-            fitting.add(exact[n])
+            flat = flat or need(n) in fitting
+            fitting.add(need(n))
         if flat:
             leap = leap * 2 if side and leap else 0
             n = min(above - 1 + leap, below) if leap else (above + below) // 2
@@ -213,6 +236,7 @@ def max_seq_len(plan: Plan, spec: ModelSpec, budget: Budget) -> int | None:
         seq_len_limit(spec),
         largest=True,
         first=plan.seq_len,
+        verdict=lambda s: _verdict(replace(plan, seq_len=s), spec, budget),
     )
 
 
@@ -225,6 +249,7 @@ def max_batch(plan: Plan, spec: ModelSpec, budget: Budget) -> int | None:
         BATCH_LIMIT,
         largest=True,
         first=plan.batch,
+        verdict=lambda b: _verdict(replace(plan, batch=b), spec, budget),
     )
 
 
@@ -297,14 +322,21 @@ def _fewest(
             changed = replace(p, **{field: n})  # type: ignore[arg-type]
             return _measure(changed, spec, budget, exact)
 
+        def verdict(n: int, p: Plan = sharded) -> bool:
+            return _verdict(replace(p, **{field: n}), spec, budget)  # type: ignore[arg-type]
+
         # the plan's own strategy probes its own count: the answer agrees with its verdict
         first = getattr(plan, field) if sharded == plan else None
-        out[name] = _smallest_count(measure, budget.usable_bytes, limit, first)
+        out[name] = _smallest_count(measure, budget.usable_bytes, limit, first, verdict)
     return out
 
 
 def _smallest_count(
-    measure: Callable[[int, bool], int], usable: int, limit: int, first: int | None = None
+    measure: Callable[[int, bool], int],
+    usable: int,
+    limit: int,
+    first: int | None = None,
+    verdict: Callable[[int], bool] | None = None,
 ) -> int | None:
     """The fewest GPUs (or nodes) in [1, limit] that fit. The per-GPU need falls with the
     count where sharding divides it but rises with NCCL's buffers (more peers), and never
@@ -312,13 +344,22 @@ def _smallest_count(
     end would call a plan that fits on 8 GPUs unfit because 1,024 do not. So it gallops up
     (1, 2, 4, ... and ``first``) on the quick figure to the first count that seems to fit,
     simulates from there up to the first that does (stopping where more would not need
-    less), and searches below that one, where sharding's fall is what moves the need."""
+    less), and searches below that one, where sharding's fall is what moves the need.
+    ``verdict``: as _search's."""
     seen: dict[tuple[int, bool], int] = {}
+    verdicts: dict[int, bool] = {}
 
     def cached(n: int, exact: bool) -> int:
         if (n, exact) not in seen:
             seen[n, exact] = measure(n, exact)
         return seen[n, exact]
+
+    def fits(n: int) -> bool:
+        if verdict is None or (n, True) in seen:
+            return cached(n, True) <= usable
+        if n not in verdicts:
+            verdicts[n] = verdict(n)
+        return verdicts[n]
 
     doubling = {min(1 << k, limit) for k in range(limit.bit_length() + 1)}
     probes = sorted(doubling | ({first} if first is not None and 1 <= first <= limit else set()))
@@ -326,9 +367,9 @@ def _smallest_count(
     # none seems to fit: the count that needs least is the one chance, settled by simulating
     start = probes.index(quick[0] if quick else min(probes, key=lambda n: cached(n, False)))
     # the plan's own count, when it fits (its simulation is the report's), bounds the answer
-    known = first if first is not None and cached(first, True) <= usable else None
+    known = first if first is not None and fits(first) else None
     for at, top in enumerate(probes[start:], start):
-        if cached(top, True) <= usable:
+        if fits(top):
             break
         following = probes[at + 1] if at + 1 < len(probes) else None
         if following is None or (
@@ -336,7 +377,7 @@ def _smallest_count(
         ):
             return None  # more would not need less (DDP, or NCCL outgrowing the sharding)
     own = first if first is not None and first <= top else None
-    return _search(cached, usable, 1, top, largest=False, first=own)
+    return _search(cached, usable, 1, top, largest=False, first=own, verdict=fits)
 
 
 def _sharding_options(
@@ -365,6 +406,7 @@ def _sharding_options(
             lambda n, exact: _measure(replace(plan, gpus=n), spec, budget, exact),
             budget.usable_bytes,
             1024,
+            verdict=lambda n: _verdict(replace(plan, gpus=n), spec, budget),
         )
         if more is not None and more > plan.gpus:
             options.append((f"use {more} GPUs per node", {"gpus": more}, None))
