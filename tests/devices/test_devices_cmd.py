@@ -468,8 +468,8 @@ def test_watch_stops_on_sigint_while_the_sampler_is_built(
 
     monkeypatch.setattr(devices_cmd, "Sampler", slow_sampler)
     log = tmp_path / "run.jsonl"
-    # --count bounds the watch: a SIGINT lost fails the test at once instead of hanging the
-    # suite (twice seen locally in a full run, never alone; the signal's fate there unknown)
+    # --count bounds the watch: a SIGINT that never arrives (a suite started as a background
+    # job, whose shell ignores SIGINT) fails the test at once instead of hanging the suite
     argv = ["devices", "--watch", "--interval", "0.05", "--count", "20", "--log", str(log)]
     assert run(argv) == 0
     assert log.read_text() == ""
