@@ -16,7 +16,13 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from trainmem.core.architecture import ModelSpec
-from trainmem.core.estimator import device_peak_on, estimate, fits_within, within_correction
+from trainmem.core.estimator import (
+    Estimate,
+    device_peak_on,
+    estimate,
+    fits_within,
+    within_correction,
+)
 from trainmem.core.fit import TIGHT_FRACTION, Budget
 from trainmem.core.methods import METHODS
 from trainmem.core.plan import Plan
@@ -93,16 +99,19 @@ def _verdict(plan: Plan, spec: ModelSpec, budget: Budget) -> bool:
     only a search's guess reads). A failing probe of a search cost 55 ms more for a 70B plan."""
     if budget.kind != "gpu" or plan.rule_of_thumb or within_correction(budget.figures) is None:
         return _fits(plan, spec, budget)
-    if _surely_too_big(plan, spec, budget):
-        return False
     quick = estimate(plan, spec, runtime="gpu", figures=budget.figures, simulate=False)
+    if _lower_bound(plan, spec, budget, quick) > budget.usable_bytes:
+        return False
     return fits_within(quick, budget.usable_bytes, budget.figures) is not None
 
 
-def _lower_bound(plan: Plan, spec: ModelSpec, budget: Budget) -> int:
+def _lower_bound(plan: Plan, spec: ModelSpec, budget: Budget, quick: Estimate | None = None) -> int:
     """The need whatever the allocator reserves, without simulating it: the tensors' peak
-    and the context (the reserve is never negative)."""
-    est = estimate(plan, spec, runtime=budget.kind, figures=budget.figures, simulate=False)
+    and the context (the reserve is never negative). ``quick``: the plan's quick estimate on
+    ``budget``, where the caller has it already."""
+    est = quick
+    if est is None:
+        est = estimate(plan, spec, runtime=budget.kind, figures=budget.figures, simulate=False)
     low = est.allocated_bytes + est.component("CUDA context") + est.component("NCCL buffers")
     return max(low, est.rule_of_thumb_bytes) if plan.rule_of_thumb else low
 
