@@ -105,6 +105,23 @@ def _verdict(plan: Plan, spec: ModelSpec, budget: Budget) -> bool:
     return fits_within(quick, budget.usable_bytes, budget.figures) is not None
 
 
+Measure = Callable[[int, bool], int]
+Verdict = Callable[[int], bool]
+
+
+def _probes(plan: Plan, spec: ModelSpec, budget: Budget, field: str) -> tuple[Measure, Verdict]:
+    """What a search over ``field`` reads of ``plan`` with ``field`` set to n: its need
+    (``_measure``) and whether it fits (``_verdict``)."""
+
+    def at(n: int) -> Plan:
+        return replace(plan, **{field: n})  # type: ignore[arg-type]
+
+    return (
+        lambda n, exact: _measure(at(n), spec, budget, exact),
+        lambda n: _verdict(at(n), spec, budget),
+    )
+
+
 def _lower_bound(plan: Plan, spec: ModelSpec, budget: Budget, quick: Estimate | None = None) -> int:
     """The need whatever the allocator reserves, without simulating it: the tensors' peak
     and the context (the reserve is never negative). ``quick``: the plan's quick estimate on
@@ -121,13 +138,13 @@ def _surely_too_big(plan: Plan, spec: ModelSpec, budget: Budget) -> bool:
 
 
 def _search(
-    measure: Callable[[int, bool], int],
+    measure: Measure,
     usable: int,
     low: int,
     high: int,
     largest: bool,
     first: int | None = None,
-    verdict: Callable[[int], bool] | None = None,
+    verdict: Verdict | None = None,
 ) -> int | None:
     """The largest (or smallest) n in [low, high] whose exact need, ``measure(n, True)``,
     fits ``usable``: an n that fits beside one that does not. Guessed on the quick figure,
@@ -238,27 +255,29 @@ def seq_len_limit(spec: ModelSpec) -> int:
 
 def max_seq_len(plan: Plan, spec: ModelSpec, budget: Budget) -> int | None:
     """The longest sequence (up to the model's context) that fits."""
+    measure, verdict = _probes(plan, spec, budget, "seq_len")
     return _search(
-        lambda s, exact: _measure(replace(plan, seq_len=s), spec, budget, exact),
+        measure,
         budget.usable_bytes,
         1,
         seq_len_limit(spec),
         largest=True,
         first=plan.seq_len,
-        verdict=lambda s: _verdict(replace(plan, seq_len=s), spec, budget),
+        verdict=verdict,
     )
 
 
 def max_batch(plan: Plan, spec: ModelSpec, budget: Budget) -> int | None:
     """The largest micro-batch (up to ``BATCH_LIMIT``) that fits."""
+    measure, verdict = _probes(plan, spec, budget, "batch")
     return _search(
-        lambda b, exact: _measure(replace(plan, batch=b), spec, budget, exact),
+        measure,
         budget.usable_bytes,
         1,
         BATCH_LIMIT,
         largest=True,
         first=plan.batch,
-        verdict=lambda b: _verdict(replace(plan, batch=b), spec, budget),
+        verdict=verdict,
     )
 
 
@@ -326,14 +345,7 @@ def _fewest(
     out: dict[str, int | None] = {}
     for name, changes in SHARDINGS.items():
         sharded = replace(plan, **changes)  # type: ignore[arg-type]
-
-        def measure(n: int, exact: bool, p: Plan = sharded) -> int:
-            changed = replace(p, **{field: n})  # type: ignore[arg-type]
-            return _measure(changed, spec, budget, exact)
-
-        def verdict(n: int, p: Plan = sharded) -> bool:
-            return _verdict(replace(p, **{field: n}), spec, budget)  # type: ignore[arg-type]
-
+        measure, verdict = _probes(sharded, spec, budget, field)
         # the plan's own strategy probes its own count: the answer agrees with its verdict
         first = getattr(plan, field) if sharded == plan else None
         out[name] = _smallest_count(measure, budget.usable_bytes, limit, first, verdict)
@@ -411,12 +423,8 @@ def _sharding_options(
     ):
         options.append(("offload parameters to host RAM", {"offload": "params"}, host))
     if lay.strategy in ("fsdp", "zero"):
-        more = _smallest_count(
-            lambda n, exact: _measure(replace(plan, gpus=n), spec, budget, exact),
-            budget.usable_bytes,
-            1024,
-            verdict=lambda n: _verdict(replace(plan, gpus=n), spec, budget),
-        )
+        measure, verdict = _probes(plan, spec, budget, "gpus")
+        more = _smallest_count(measure, budget.usable_bytes, 1024, verdict=verdict)
         if more is not None and more > plan.gpus:
             options.append((f"use {more} GPUs per node", {"gpus": more}, None))
     return options
